@@ -1,0 +1,148 @@
+// The paged KV cache with per-head eviction (../shared/FPA.md sections 2 and 3).
+//
+// A fixed pool of pages. Each stream -- one (sequence, layer, head) -- owns a list of pages of
+// `page_slots` slots; a slot holds one key of that head: k, v, level, running minimum m, the
+// attention mass it has received (for the h2o policy) and its token position.
+// The cache does the bookkeeping (which slot is live, who dies when); backends read and write
+// slot contents through PageView (host storage) or mirror them in device memory by page id.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fpa::cache {
+
+using SeqId = int64_t;
+
+struct CacheShape {
+  int n_layers = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  int page_slots = 16;
+};
+
+enum class Policy {
+  kFpa,     // the learned rule: a key dies when lvl - phi >= tau / beta (no budget)
+  kNone,    // full cache: nothing is evicted
+  kWindow,  // keep the last N keys of each head
+  kSinks,   // StreamingLLM: the first `sink_tokens` keys + the last N
+  kH2O,     // heavy hitters by accumulated attention + a recent window
+};
+
+// "fpa" | "none" | "window" | "sinks" | "h2o"; InvalidArgument naming the value otherwise.
+absl::StatusOr<Policy> parse_policy(std::string_view name);
+std::string_view policy_name(Policy p);
+
+struct PolicyConfig {
+  Policy policy = Policy::kFpa;
+  float tau = 20.0f;             // kFpa: eviction threshold in logit units
+  float budget_fraction = 1.0f;  // heuristics: live keys per head <= ceil(fraction * length)
+  int min_budget = 8;            // heuristics: never fewer live keys than this
+  int sink_tokens = 4;           // kSinks
+  float h2o_recent_share = 0.5f; // kH2O: share of the budget kept as the recent window
+};
+
+// Pointers into host storage for one page (structure of arrays, `page_slots` entries each).
+struct PageView {
+  float* k;      // [page_slots][head_dim]
+  float* v;      // [page_slots][head_dim]
+  float* lvl;    // [page_slots]
+  float* m;      // [page_slots]; +inf when inserted, then min(m, phi) at each later step
+  float* acc;    // [page_slots]; accumulated attention probability (h2o)
+  int32_t* pos;  // [page_slots]; token position, -1 for a free slot
+};
+
+struct SlotRef {
+  int32_t page = -1;
+  int32_t slot = -1;
+};
+
+// Counters readable at any time from any thread (atomics inside), without stopping decoding.
+struct CacheStats {
+  int64_t pages_total = 0;
+  int64_t pages_in_use = 0;
+  int64_t live_slots = 0;          // live keys, all streams
+  int64_t evicted_slots = 0;       // keys evicted since start (monotonic)
+  int64_t full_cache_keys = 0;     // keys a full cache would hold now: sum of length*layers*heads
+  int64_t bytes_per_key = 0;       // k + v + lvl + m (+acc, pos) bytes per slot
+  int64_t bytes_held() const;      // pages_in_use * page_slots * bytes_per_key
+  int64_t bytes_full() const;      // full_cache_keys * bytes_per_key
+  int64_t sequences = 0;
+};
+
+// Per-sequence figures for a request's usage report.
+struct SequenceStats {
+  int64_t length = 0;         // tokens appended so far
+  int64_t live_keys = 0;      // over all layers and heads
+  int64_t peak_live_keys = 0;
+  int64_t pages = 0;
+  double live_fraction() const;  // live_keys / (length * layers * heads)
+};
+
+class KvCache {
+ public:
+  // num_pages pages of page_slots slots. host_storage=false keeps only the bookkeeping (a
+  // device backend holds the data, indexed by the same page ids and slots).
+  static absl::StatusOr<std::unique_ptr<KvCache>> create(CacheShape shape, int64_t num_pages,
+                                                         bool host_storage = true);
+  // Pages that fit in `bytes` for this shape.
+  static int64_t pages_for_bytes(CacheShape shape, int64_t bytes);
+  virtual ~KvCache() = default;
+
+  virtual const CacheShape& shape() const = 0;
+
+  virtual absl::StatusOr<SeqId> add_sequence(const PolicyConfig& policy) = 0;
+  // Returns every page of the sequence to the pool at once. Unknown ids are ignored.
+  virtual void release(SeqId seq) = 0;
+  virtual const PolicyConfig& policy(SeqId seq) const = 0;
+
+  // Worst-case number of free pages appending n_tokens to `seq` could take (every stream
+  // opening new pages). A runner checks this for a whole step before writing anything, so a step
+  // either fits or fails up front with ResourceExhausted.
+  virtual int64_t pages_needed(SeqId seq, int n_tokens) const = 0;
+  virtual int64_t free_pages() const = 0;
+
+  // Decode-step eviction for one stream, before the new key of position `pos` goes in:
+  //  kFpa: frees every live key with lvl - phi >= tau / beta (beta <= 0: none);
+  //  heuristics: frees keys so that after inserting one more the stream holds its budget for
+  //  length pos + 1. Returns how many keys were freed. Pages left empty are freed at once.
+  virtual int evict_for_step(SeqId seq, int layer, int head, float phi, float beta,
+                             int32_t pos) = 0;
+  // Prefill-chunk eviction: keys already cached die when lvl - min_phi_chunk >= tau / beta.
+  virtual int evict_for_chunk(SeqId seq, int layer, int head, float min_phi_chunk, float beta,
+                              int32_t chunk_end_pos) = 0;
+
+  // Takes a free slot of the stream (a new page when all are full) and records pos and lvl;
+  // with host storage it also writes k, v (head_dim floats each), m = `m`, acc = 0.
+  // ResourceExhausted when the pool is empty; the cache is unchanged then.
+  virtual absl::StatusOr<SlotRef> insert(SeqId seq, int layer, int head, int32_t pos, float lvl,
+                                         const float* k, const float* v,
+                                         float m = std::numeric_limits<float>::infinity()) = 0;
+
+  // The field's running value phi_{pos} of a stream (0 before its first token): a backend
+  // reads it to extend the walk and stores the new value after each step or chunk.
+  virtual float last_phi(SeqId seq, int layer, int head) const = 0;
+  virtual void set_last_phi(SeqId seq, int layer, int head, float phi) = 0;
+
+  // The stream's pages, for a kernel to walk (slots with pos == -1 are free).
+  virtual std::span<const int32_t> pages(SeqId seq, int layer, int head) const = 0;
+  virtual PageView page(int32_t page_id) = 0;  // host storage only
+
+  // Merges sparse pages of a stream when that frees at least one page. Each moved slot is
+  // reported to `on_move` (a device backend copies its mirror). Returns pages freed.
+  virtual int compact(SeqId seq, int layer, int head,
+                      const std::function<void(SlotRef from, SlotRef to)>& on_move = {}) = 0;
+
+  virtual CacheStats stats() const = 0;  // thread-safe
+  virtual SequenceStats sequence_stats(SeqId seq) const = 0;
+};
+
+}  // namespace fpa::cache

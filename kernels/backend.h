@@ -1,0 +1,51 @@
+// A backend runs the decoder over a batch, reading and extending the paged KV cache.
+// The CPU backend (kernels/cpu) is always built; the CUDA backend (kernels/cuda) when nvcc is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/kv_cache.h"
+#include "model/model.h"
+
+namespace fpa {
+
+// One sequence of a forward batch: `tokens` are appended at positions start_pos, start_pos+1, ...
+// One token for a decode step; a prompt chunk for prefill.
+struct ForwardItem {
+  cache::SeqId seq = -1;
+  std::span<const int32_t> tokens;
+  int32_t start_pos = 0;
+};
+
+// Optional outputs for tests and debugging.
+struct ForwardTrace {
+  bool all_logits = false;                 // logits of every token, not only the last one
+  std::vector<std::vector<float>>* layer_outputs = nullptr;  // [layer] -> [tokens][d_model]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Runs the model over every item: computes the field, evicts per the sequence's policy, inserts
+  // the new keys, attends, and writes each item's last-token logits to logits[i * vocab_size]
+  // (every token's, item after item, with trace->all_logits). Fails with ResourceExhausted before
+  // changing anything when the cache cannot take the batch.
+  virtual absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+                               ForwardTrace* trace = nullptr) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model,
+                                                          cache::KvCache& cache, int threads);
+// NotFound / Unavailable when no CUDA device (or no CUDA build); never crashes without a driver.
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
+                                                           cache::KvCache& cache);
+bool cuda_device_available();
+
+}  // namespace fpa

@@ -1,0 +1,72 @@
+// A loaded model: config.json parsed and model.safetensors memory-mapped and validated
+// (docs/model-format.md). Weights are float32 views (converted copies when stored as F16/BF16).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fpa {
+
+enum class AttentionKind { kFpa, kFox, kSoftmax };
+
+struct ModelConfig {
+  int vocab_size = 0;
+  int d_model = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  int d_ff = 0;
+  AttentionKind attention = AttentionKind::kFpa;
+  bool free_levels = false;  // fpa only
+  float rope_theta = 0.0f;   // softmax only; 0 = none
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = false;
+  int train_len = 0;
+  float tau = 20.0f;
+  int bos_id = 256;
+  int eos_id = 257;
+  int pad_id = 258;
+  std::string raw_json;  // the whole config.json, for ModelInfo
+};
+
+// A row-major float32 matrix [rows, cols] (PyTorch Linear layout [out, in]).
+struct Matrix {
+  const float* data = nullptr;
+  int rows = 0;
+  int cols = 0;
+};
+
+struct LayerWeights {
+  std::span<const float> attn_norm;  // [d_model]
+  Matrix wq, wk, wv;                 // [A, d_model]
+  Matrix wo;                         // [d_model, A]
+  Matrix field_w;                    // [H, d_model] (fpa, fox; else empty)
+  std::span<const float> field_b;    // [H]
+  Matrix level_w;                    // [H, d_model] (free levels; else empty)
+  std::span<const float> level_b;    // [H]
+  std::vector<float> beta;           // [H]: softplus(beta_raw) for fpa, 1 for fox, 0 for softmax
+  std::span<const float> mlp_norm;   // [d_model]
+  Matrix w_gate, w_up;               // [d_ff, d_model]
+  Matrix w_down;                     // [d_model, d_ff]
+};
+
+class Model {
+ public:
+  // Loads `dir`/config.json and `dir`/model.safetensors. Every problem is an error whose message
+  // names the file and, for tensors, the tensor.
+  static absl::StatusOr<std::unique_ptr<Model>> load(const std::string& dir);
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const Matrix& embed() const = 0;    // [vocab, d_model]
+  virtual const std::vector<LayerWeights>& layers() const = 0;
+  virtual std::span<const float> final_norm() const = 0;
+  virtual const Matrix& lm_head() const = 0;  // embed() when tied
+};
+
+}  // namespace fpa
