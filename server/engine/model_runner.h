@@ -1,0 +1,58 @@
+// The model runner: owns the sequences' positions and steps a batch of them through a backend,
+// one prompt chunk or one decode token each. The scheduler (server/) drives it; it never blocks
+// on anything but compute.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/kv_cache.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "server/engine/sampler.h"
+
+namespace fpa {
+
+struct StepInput {
+  cache::SeqId seq = -1;
+  std::span<const int32_t> tokens;  // a prompt chunk, or the one token sampled last step
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(const Model& model, cache::KvCache& cache, std::unique_ptr<Backend> backend);
+
+  const Model& model() const { return model_; }
+  cache::KvCache& cache() { return cache_; }
+  std::string_view backend_name() const { return backend_->name(); }
+
+  absl::StatusOr<cache::SeqId> start(const cache::PolicyConfig& policy);
+  // Appends each input's tokens at its sequence's current position and writes the logits of
+  // its last token to logits[i * vocab_size]. ResourceExhausted (nothing changed) when the cache
+  // cannot take the whole step; the caller preempts or refuses.
+  absl::Status step(std::span<const StepInput> inputs, std::span<float> logits);
+  // Worst-case free pages the step would need (see KvCache::pages_needed).
+  int64_t pages_needed(std::span<const StepInput> inputs) const;
+  int32_t position(cache::SeqId seq) const;
+  void finish(cache::SeqId seq);  // frees every page of the sequence at once
+
+  // Solo generation without batching (tests, benchmarks, the reference for batched output):
+  // prefill in chunks of `prefill_chunk`, then sample until max_new_tokens or EOS.
+  absl::StatusOr<std::vector<int32_t>> generate(std::span<const int32_t> prompt,
+                                                const SamplingParams& sampling, int max_new_tokens,
+                                                const cache::PolicyConfig& policy,
+                                                int prefill_chunk = 256);
+
+ private:
+  const Model& model_;
+  cache::KvCache& cache_;
+  std::unique_ptr<Backend> backend_;
+  std::unordered_map<cache::SeqId, int32_t> positions_;
+};
+
+}  // namespace fpa
