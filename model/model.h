@@ -63,7 +63,7 @@ class Model {
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
-  virtual const Matrix& embed() const = 0;    // [vocab, d_model]
+  virtual const Matrix& embed() const = 0;  // [vocab, d_model]
   virtual const std::vector<LayerWeights>& layers() const = 0;
   virtual std::span<const float> final_norm() const = 0;
   virtual const Matrix& lm_head() const = 0;  // embed() when tied

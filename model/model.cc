@@ -1,0 +1,168 @@
+// Model::load: config.json + memory-mapped model.safetensors, every tensor checked against the
+// config before any weight is used.
+#include "model/model.h"
+
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+
+namespace fpa {
+namespace {
+
+class LoadedModel : public Model {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  const Matrix& embed() const override { return embed_; }
+  const std::vector<LayerWeights>& layers() const override { return layers_; }
+  std::span<const float> final_norm() const override { return final_norm_; }
+  const Matrix& lm_head() const override { return config_.tie_embeddings ? embed_ : lm_head_; }
+
+  absl::Status load(const std::string& dir);
+
+ private:
+  absl::StatusOr<const float*> tensor(const std::string& name, std::vector<int64_t> shape);
+  absl::Status matrix(const std::string& name, int rows, int cols, Matrix* out);
+  absl::Status vector(const std::string& name, int n, std::span<const float>* out);
+  absl::Status load_layer(int l, LayerWeights* w);
+  absl::Status check_no_extra_tensors() const;
+
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsFile> file_;
+  std::deque<std::vector<float>> converted_;  // F16/BF16/unaligned tensors, as float32
+  std::set<std::string> used_;
+  Matrix embed_, lm_head_;
+  std::vector<LayerWeights> layers_;
+  std::span<const float> final_norm_;
+};
+
+absl::StatusOr<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// softplus as PyTorch computes it (linear above 20).
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+absl::StatusOr<const float*> LoadedModel::tensor(const std::string& name,
+                                                 std::vector<int64_t> shape) {
+  absl::StatusOr<TensorView> t = file_->get(name);
+  if (!t.ok()) return t.status();
+  const std::string where = absl::StrCat(file_->path(), ": tensor '", name, "': ");
+  if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "dtype ", dtype_name(t->dtype), ", expected F32, F16 or BF16"));
+  }
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "shape [", absl::StrJoin(t->shape, ", "),
+                                                   "], expected [", absl::StrJoin(shape, ", "),
+                                                   "]"));
+  }
+  used_.insert(name);
+  const auto addr = reinterpret_cast<uintptr_t>(t->bytes.data());
+  if (t->dtype == DType::kF32 && addr % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(t->bytes.data());  // zero-copy from the mapping
+  }
+  converted_.push_back(to_float32(*t));
+  return converted_.back().data();
+}
+
+absl::Status LoadedModel::matrix(const std::string& name, int rows, int cols, Matrix* out) {
+  absl::StatusOr<const float*> p = tensor(name, {rows, cols});
+  if (!p.ok()) return p.status();
+  *out = Matrix{*p, rows, cols};
+  return absl::OkStatus();
+}
+
+absl::Status LoadedModel::vector(const std::string& name, int n, std::span<const float>* out) {
+  absl::StatusOr<const float*> p = tensor(name, {n});
+  if (!p.ok()) return p.status();
+  *out = std::span<const float>(*p, static_cast<size_t>(n));
+  return absl::OkStatus();
+}
+
+absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
+  const ModelConfig& c = config_;
+  const int a = c.n_heads * c.head_dim;
+  const std::string p = absl::StrCat("layers.", l, ".");
+  FPA_RETURN_IF_ERROR(vector(p + "attn_norm.weight", c.d_model, &w->attn_norm));
+  FPA_RETURN_IF_ERROR(matrix(p + "attn.wq", a, c.d_model, &w->wq));
+  FPA_RETURN_IF_ERROR(matrix(p + "attn.wk", a, c.d_model, &w->wk));
+  FPA_RETURN_IF_ERROR(matrix(p + "attn.wv", a, c.d_model, &w->wv));
+  FPA_RETURN_IF_ERROR(matrix(p + "attn.wo", c.d_model, a, &w->wo));
+  w->beta.assign(c.n_heads, c.attention == AttentionKind::kFox ? 1.0f : 0.0f);
+  if (c.attention != AttentionKind::kSoftmax) {
+    FPA_RETURN_IF_ERROR(matrix(p + "attn.field_w", c.n_heads, c.d_model, &w->field_w));
+    FPA_RETURN_IF_ERROR(vector(p + "attn.field_b", c.n_heads, &w->field_b));
+  }
+  if (c.free_levels) {
+    FPA_RETURN_IF_ERROR(matrix(p + "attn.level_w", c.n_heads, c.d_model, &w->level_w));
+    FPA_RETURN_IF_ERROR(vector(p + "attn.level_b", c.n_heads, &w->level_b));
+  }
+  if (c.attention == AttentionKind::kFpa) {
+    std::span<const float> beta_raw;
+    FPA_RETURN_IF_ERROR(vector(p + "attn.beta_raw", c.n_heads, &beta_raw));
+    for (int h = 0; h < c.n_heads; ++h) w->beta[h] = softplus(beta_raw[h]);
+  }
+  FPA_RETURN_IF_ERROR(vector(p + "mlp_norm.weight", c.d_model, &w->mlp_norm));
+  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_gate", c.d_ff, c.d_model, &w->w_gate));
+  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_up", c.d_ff, c.d_model, &w->w_up));
+  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_down", c.d_model, c.d_ff, &w->w_down));
+  return absl::OkStatus();
+}
+
+absl::Status LoadedModel::check_no_extra_tensors() const {
+  for (const auto& [name, view] : file_->tensors()) {
+    if (!used_.contains(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_->path(), ": unexpected tensor '", name, "' for a ",
+                       attention_kind_name(config_.attention), " model with this config"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadedModel::load(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  absl::StatusOr<std::string> text = read_text_file(config_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<ModelConfig> config = parse_model_config(*text, config_path);
+  if (!config.ok()) return config.status();
+  config_ = *std::move(config);
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::open(dir + "/model.safetensors");
+  if (!file.ok()) return file.status();
+  file_ = *std::move(file);
+
+  const ModelConfig& c = config_;
+  FPA_RETURN_IF_ERROR(matrix("embed.weight", c.vocab_size, c.d_model, &embed_));
+  layers_.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) FPA_RETURN_IF_ERROR(load_layer(l, &layers_[l]));
+  FPA_RETURN_IF_ERROR(vector("final_norm.weight", c.d_model, &final_norm_));
+  if (!c.tie_embeddings) {
+    FPA_RETURN_IF_ERROR(matrix("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
+  }
+  return check_no_extra_tensors();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+  auto model = std::make_unique<LoadedModel>();
+  FPA_RETURN_IF_ERROR(model->load(dir));
+  return model;
+}
+
+}  // namespace fpa
