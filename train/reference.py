@@ -1,0 +1,297 @@
+"""PyTorch reference decoder for First Passage Attention (../shared/FPA.md), naive and O(n^2).
+
+Parameter names equal the tensor names of docs/model-format.md, so `state_dict()` is the file.
+Two ways to run a model:
+  * `Model.forward(tokens, tau=None)`: the parallel forward. With `tau`, the keys that the cache
+    would have evicted are masked out; a key's penalty never decreases, so this equals decoding
+    step by step with eviction (and it is what training and evaluation use).
+  * `decode_steps(model, tokens, tau)`: the literal step-by-step decode of docs/model-format.md
+    "Eviction conventions", with a float32 walk and explicit live sets: the ground truth that the
+    C++ cache and kernels are tested against.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Byte tokenizer: ids 0-255 are bytes, then three special tokens.
+BOS, EOS, PAD = 256, 257, 258
+VOCAB_SIZE = 259
+KINDS = ("fpa", "fox", "softmax")
+
+
+def encode(text: str, bos: bool = True) -> list[int]:
+    return ([BOS] if bos else []) + list(text.encode("utf-8"))
+
+
+def decode(ids) -> str:
+    return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+
+
+@dataclasses.dataclass
+class Config:
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    head_dim: int = 64
+    d_ff: int = 688
+    attention: str = "fpa"
+    levels: str = "free"
+    rope_theta: float = 0.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    train_len: int = 512
+    tau: float = 20.0
+    vocab_size: int = VOCAB_SIZE
+
+    def __post_init__(self):
+        if self.attention not in KINDS:
+            raise ValueError(f"attention must be one of {KINDS}, got {self.attention!r}")
+        if self.levels not in ("free", "tied"):
+            raise ValueError(f"levels must be 'free' or 'tied', got {self.levels!r}")
+        if self.attention != "fpa" and self.levels != "tied":
+            raise ValueError(f"{self.attention} models have tied levels")
+        if self.attention != "softmax" and self.rope_theta:
+            raise ValueError("fpa and fox models use no positional encoding")
+
+    @property
+    def free_levels(self) -> bool:
+        return self.attention == "fpa" and self.levels == "free"
+
+    def to_json(self, training: dict | None = None) -> dict:
+        out = {"format": "fpa-serve/1", **dataclasses.asdict(self)}
+        out["tokenizer"] = {"type": "byte", "bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
+        out["training"] = training or {}
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Config":
+        if d.get("format") != "fpa-serve/1":
+            raise ValueError(f"unknown model format {d.get('format')!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _param(*shape) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape))
+
+
+def rope(x, pos, theta: float):
+    """Rotate-half RoPE on [..., T, head_dim] at integer positions `pos` [T]."""
+    half = x.shape[-1] // 2
+    inv = theta ** (-torch.arange(half, dtype=torch.float32) * 2.0 / x.shape[-1])
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        a, d, h = cfg.n_heads * cfg.head_dim, cfg.d_model, cfg.n_heads
+        self.wq, self.wk, self.wv, self.wo = _param(a, d), _param(a, d), _param(a, d), _param(d, a)
+        if cfg.attention != "softmax":
+            self.field_w, self.field_b = _param(h, d), _param(h)
+        if cfg.free_levels:
+            self.level_w, self.level_b = _param(h, d), _param(h)
+        if cfg.attention == "fpa":
+            self.beta_raw = _param(h)
+
+    def beta(self):
+        """Penalty scale per head: softplus(beta_raw) for fpa, 1 for fox, 0 for softmax."""
+        if self.cfg.attention == "fpa":
+            return F.softplus(self.beta_raw)
+        return torch.full((self.cfg.n_heads,), 1.0 if self.cfg.attention == "fox" else 0.0)
+
+    def walk(self, x):
+        """Increments d and level offsets u, each [..., T, H] (u is None for tied levels)."""
+        d = x @ self.field_w.t() + self.field_b
+        if self.cfg.attention == "fox":
+            d = F.logsigmoid(d)
+        u = x @ self.level_w.t() + self.level_b if self.cfg.free_levels else None
+        return d, u
+
+    def qkv(self, x, pos):
+        """q, k, v as [B, H, T, head_dim], RoPE applied for softmax models that use it."""
+        b, t, _ = x.shape
+        split = lambda w: (x @ w.t()).view(b, t, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2)
+        q, k, v = split(self.wq), split(self.wk), split(self.wv)
+        if self.cfg.rope_theta:
+            q, k = rope(q, pos, self.cfg.rope_theta), rope(k, pos, self.cfg.rope_theta)
+        return q, k, v
+
+    def excess(self, x):
+        """(excess [B, H, T_i, T_j] = lvl_j - m_j(i), beta [H]); excess is -inf on and above the
+        diagonal (the empty segment), so the penalty is beta * relu(excess)."""
+        d, u = self.walk(x)
+        phi = torch.cumsum(d, dim=1).transpose(1, 2)  # [B, H, T]
+        lvl = phi if u is None else phi + u.transpose(1, 2)
+        t = phi.shape[-1]
+        later = torch.ones(t, t, dtype=torch.bool).triu(1)  # [j, t]: t > j
+        seg = torch.where(later, phi[..., None, :], torch.tensor(math.inf))  # [B, H, j, t]
+        m = torch.cummin(seg, dim=-1).values.transpose(-1, -2)  # [B, H, i, j]
+        return lvl[..., None, :] - m, self.beta()
+
+    def forward(self, x, tau: float | None = None):
+        b, t, _ = x.shape
+        pos = torch.arange(t)
+        q, k, v = self.qkv(x, pos)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.cfg.head_dim)
+        keep = torch.ones(t, t, dtype=torch.bool).tril()
+        if self.cfg.attention != "softmax":
+            exc, beta = self.excess(x)
+            s = s - beta[:, None, None] * F.relu(exc)
+            if tau is not None:
+                thr = torch.where(beta > 0, tau / beta, torch.tensor(math.inf))
+                keep = keep & ~(exc >= thr[:, None, None])
+        s = s.masked_fill(~keep, -math.inf)
+        out = torch.softmax(s, dim=-1) @ v  # [B, H, T, hd]
+        return out.transpose(1, 2).reshape(b, t, -1) @ self.wo.t()
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.w_gate, self.w_up = _param(cfg.d_ff, cfg.d_model), _param(cfg.d_ff, cfg.d_model)
+        self.w_down = _param(cfg.d_model, cfg.d_ff)
+
+    def forward(self, y):
+        return (F.silu(y @ self.w_gate.t()) * (y @ self.w_up.t())) @ self.w_down.t()
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.attn_norm, self.attn = RMSNorm(cfg.d_model, cfg.norm_eps), Attention(cfg)
+        self.mlp_norm, self.mlp = RMSNorm(cfg.d_model, cfg.norm_eps), MLP(cfg)
+
+    def forward(self, h, tau=None):
+        h = h + self.attn(self.attn_norm(h), tau)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class Model(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def head(self, h):
+        w = self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
+        return self.final_norm(h) @ w.t()
+
+    def forward(self, tokens, tau: float | None = None, return_layers: bool = False):
+        """tokens [B, T] -> logits [B, T, V] (and the residual stream after each block)."""
+        h = self.embed(tokens)
+        outs = []
+        for block in self.layers:
+            h = block(h, tau)
+            outs.append(h)
+        logits = self.head(h)
+        return (logits, outs) if return_layers else logits
+
+    def init_weights(self, seed: int, field_bias: float = 0.0, beta_raw: float = 0.0,
+                     field_std: float | None = None):
+        """Scaled-normal init; the walk's bias/scale and beta are knobs (training and vectors)."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                elif name.endswith("field_b"):
+                    p.fill_(field_bias)
+                elif name.endswith("beta_raw"):
+                    p.fill_(beta_raw)
+                elif name.endswith("level_b"):
+                    p.zero_()
+                elif name == "embed.weight":
+                    p.normal_(0.0, 1.0, generator=g)
+                else:
+                    std = field_std if field_std is not None and "field_w" in name else None
+                    p.normal_(0.0, std or 1.0 / math.sqrt(p.shape[1]), generator=g)
+        return self
+
+
+def decode_steps(model: Model, tokens, tau: float | None = None) -> dict:
+    """Literal step-by-step decode of one sequence (tokens [T]) with eviction at `tau`.
+
+    Returns logits [T, V], layer_out (list of [T, D]), live (bool [T, L, H, T]: after step i,
+    key j <= i is live) and margin ([T, L, H, T]: (lvl_j - phi_i) - tau/beta at step i, -inf where
+    beta == 0 or tau is None, 0 for j > i). The walk phi is a sequential float32 sum.
+    """
+    cfg = model.cfg
+    t_len, nl, nh, hd = len(tokens), cfg.n_layers, cfg.n_heads, cfg.head_dim
+    live = torch.zeros(t_len, nl, nh, t_len, dtype=torch.bool)
+    margin = torch.zeros(t_len, nl, nh, t_len)
+    logits = torch.zeros(t_len, cfg.vocab_size)
+    layer_out = [torch.zeros(t_len, cfg.d_model) for _ in range(nl)]
+    caches = [_Cache(t_len, nh, hd) for _ in range(nl)]
+    with torch.no_grad():
+        for i in range(t_len):
+            h = model.embed.weight[int(tokens[i])][None, None, :]
+            for li, block in enumerate(model.layers):
+                x = block.attn_norm(h)
+                att, live[i, li], margin[i, li] = caches[li].step(block.attn, x, i, tau)
+                h = h + att
+                h = h + block.mlp(block.mlp_norm(h))
+                layer_out[li][i] = h[0, 0]
+            logits[i] = model.head(h)[0, 0]
+    return {"logits": logits, "layer_out": layer_out, "live": live, "margin": margin}
+
+
+class _Cache:
+    """One layer's cache for decode_steps: k, v, lvl, running minimum m and live flag per head."""
+
+    def __init__(self, t_len: int, nh: int, hd: int):
+        self.k = torch.zeros(nh, t_len, hd)
+        self.v = torch.zeros(nh, t_len, hd)
+        self.lvl = torch.zeros(nh, t_len)
+        self.m = torch.full((nh, t_len), math.inf)
+        self.live = torch.zeros(nh, t_len, dtype=torch.bool)
+        self.phi = torch.zeros(nh)
+
+    def step(self, attn: Attention, x, i: int, tau):
+        q, k, v = attn.qkv(x, torch.tensor([i]))
+        beta = attn.beta()
+        nh, t_len = self.lvl.shape
+        margin = torch.zeros(nh, t_len)
+        if attn.cfg.attention != "softmax":
+            d, u = attn.walk(x[0, 0])
+            self.phi = self.phi + d  # float32, one step at a time
+            lvl_i = self.phi if u is None else self.phi + u
+            self.lvl[:, i] = lvl_i
+            thr = torch.where(beta > 0, tau / beta, torch.tensor(math.inf)) if tau is not None \
+                else torch.full((nh,), math.inf)
+            margin[:, : i + 1] = (self.lvl[:, : i + 1] - self.phi[:, None]) - thr[:, None]
+            dies = (self.lvl[:, :i] - self.phi[:, None]) >= thr[:, None]
+            self.live[:, :i] &= ~dies
+        else:
+            margin[:, : i + 1] = -math.inf
+        self.k[:, i], self.v[:, i], self.live[:, i] = k[0, :, 0], v[0, :, 0], True
+        self.m[:, :i] = torch.minimum(self.m[:, :i], self.phi[:, None])
+        s = (self.k[:, : i + 1] @ q[0, :, 0, :, None])[..., 0] / math.sqrt(attn.cfg.head_dim)
+        if attn.cfg.attention != "softmax":
+            s = s - beta[:, None] * F.relu(self.lvl[:, : i + 1] - self.m[:, : i + 1])
+        s = s.masked_fill(~self.live[:, : i + 1], -math.inf)
+        out = (torch.softmax(s, dim=-1)[:, None, :] @ self.v[:, : i + 1])[:, 0]  # [H, hd]
+        return out.reshape(1, 1, -1) @ attn.wo.t(), self.live[:, :].clone(), margin
