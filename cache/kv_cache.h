@@ -43,11 +43,11 @@ std::string_view policy_name(Policy p);
 
 struct PolicyConfig {
   Policy policy = Policy::kFpa;
-  float tau = 20.0f;             // kFpa: eviction threshold in logit units
-  float budget_fraction = 1.0f;  // heuristics: live keys per head <= ceil(fraction * length)
-  int min_budget = 8;            // heuristics: never fewer live keys than this
-  int sink_tokens = 4;           // kSinks
-  float h2o_recent_share = 0.5f; // kH2O: share of the budget kept as the recent window
+  float tau = 20.0f;              // kFpa: eviction threshold in logit units
+  float budget_fraction = 1.0f;   // heuristics: live keys per head <= ceil(fraction * length)
+  int min_budget = 8;             // heuristics: never fewer live keys than this
+  int sink_tokens = 4;            // kSinks
+  float h2o_recent_share = 0.5f;  // kH2O: share of the budget kept as the recent window
 };
 
 // Pointers into host storage for one page (structure of arrays, `page_slots` entries each).
@@ -69,28 +69,33 @@ struct SlotRef {
 struct CacheStats {
   int64_t pages_total = 0;
   int64_t pages_in_use = 0;
-  int64_t live_slots = 0;          // live keys, all streams
-  int64_t evicted_slots = 0;       // keys evicted since start (monotonic)
-  int64_t full_cache_keys = 0;     // keys a full cache would hold now: sum of length*layers*heads
-  int64_t bytes_per_key = 0;       // k + v + lvl + m (+acc, pos) bytes per slot
-  int64_t bytes_held() const;      // pages_in_use * page_slots * bytes_per_key
-  int64_t bytes_full() const;      // full_cache_keys * bytes_per_key
+  int64_t live_slots = 0;       // live keys, all streams
+  int64_t evicted_slots = 0;    // keys evicted since start (monotonic)
+  int64_t full_cache_keys = 0;  // keys a full cache would hold now: sum of length*layers*heads
+  int64_t bytes_per_key = 0;    // k + v + lvl + m (+acc, pos) bytes per slot
+  int64_t page_slots = 0;       // slots per page (for bytes_held)
+  int64_t bytes_held() const;   // pages_in_use * page_slots * bytes_per_key
+  int64_t bytes_full() const;   // full_cache_keys * bytes_per_key
   int64_t sequences = 0;
 };
 
 // Per-sequence figures for a request's usage report.
 struct SequenceStats {
-  int64_t length = 0;         // tokens appended so far
-  int64_t live_keys = 0;      // over all layers and heads
+  int64_t length = 0;     // tokens appended so far
+  int64_t live_keys = 0;  // over all layers and heads
   int64_t peak_live_keys = 0;
   int64_t pages = 0;
-  double live_fraction() const;  // live_keys / (length * layers * heads)
+  int64_t full_keys = 0;         // length * layers * heads: what a full cache would hold
+  double live_fraction() const;  // live_keys / full_keys (0 when empty)
 };
 
 class KvCache {
  public:
   // num_pages pages of page_slots slots. host_storage=false keeps only the bookkeeping (a
-  // device backend holds the data, indexed by the same page ids and slots).
+  // device backend holds the data, indexed by the same page ids and slots): page() then has
+  // k = v = nullptr, while lvl, m, acc and pos stay on the host.
+  // Calls for different (layer, head) streams may run concurrently; calls on the same stream,
+  // and add_sequence / release, must not overlap other calls on that sequence.
   static absl::StatusOr<std::unique_ptr<KvCache>> create(CacheShape shape, int64_t num_pages,
                                                          bool host_storage = true);
   // Pages that fit in `bytes` for this shape.
@@ -116,7 +121,11 @@ class KvCache {
   //  length pos + 1. Returns how many keys were freed. Pages left empty are freed at once.
   virtual int evict_for_step(SeqId seq, int layer, int head, float phi, float beta,
                              int32_t pos) = 0;
-  // Prefill-chunk eviction: keys already cached die when lvl - min_phi_chunk >= tau / beta.
+  // Prefill-chunk eviction for the chunk ending at chunk_end_pos, after the chunk's attention:
+  // keys cached before the chunk die when lvl - min_phi_chunk >= tau / beta. The chunk's own keys
+  // carry m = min of phi over (pos, chunk_end_pos] (insert's `m`) and die when
+  // lvl - m >= tau / beta: in this call when inserted before it, else at the next eviction call.
+  // Heuristics: free keys until the stream holds budget(chunk_end_pos + 1).
   virtual int evict_for_chunk(SeqId seq, int layer, int head, float min_phi_chunk, float beta,
                               int32_t chunk_end_pos) = 0;
 
@@ -134,7 +143,7 @@ class KvCache {
 
   // The stream's pages, for a kernel to walk (slots with pos == -1 are free).
   virtual std::span<const int32_t> pages(SeqId seq, int layer, int head) const = 0;
-  virtual PageView page(int32_t page_id) = 0;  // host storage only
+  virtual PageView page(int32_t page_id) = 0;  // k, v: host storage only (see create)
 
   // Merges sparse pages of a stream when that frees at least one page. Each moved slot is
   // reported to `on_move` (a device backend copies its mirror). Returns pages freed.

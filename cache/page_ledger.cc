@@ -1,0 +1,62 @@
+#include "cache/page_ledger.h"
+
+namespace fpa::cache {
+
+PageLedger::PageLedger(int64_t num_pages, int64_t bytes_per_key)
+    : pages_total_(num_pages), bytes_per_key_(bytes_per_key) {
+  free_.reserve(static_cast<size_t>(num_pages));
+  // Lowest ids on top, so a fresh cache fills the pool front to back.
+  for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+void PageLedger::apply_locked(const LedgerDelta& delta, int64_t pages_delta) {
+  version_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  if (pages_delta != 0) pages_in_use_.fetch_add(pages_delta, kRelaxed);
+  if (delta.live != 0) live_.fetch_add(delta.live, kRelaxed);
+  if (delta.evicted != 0) evicted_.fetch_add(delta.evicted, kRelaxed);
+  if (delta.full_keys != 0) full_keys_.fetch_add(delta.full_keys, kRelaxed);
+  if (delta.sequences != 0) sequences_.fetch_add(delta.sequences, kRelaxed);
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+std::optional<int32_t> PageLedger::take_page(const LedgerDelta& delta) {
+  std::lock_guard lock(mu_);
+  if (free_.empty()) return std::nullopt;
+  const int32_t page = free_.back();
+  free_.pop_back();
+  apply_locked(delta, 1);
+  return page;
+}
+
+void PageLedger::apply(const LedgerDelta& delta, std::span<const int32_t> pages) {
+  std::lock_guard lock(mu_);
+  free_.insert(free_.end(), pages.begin(), pages.end());
+  apply_locked(delta, -static_cast<int64_t>(pages.size()));
+}
+
+int64_t PageLedger::free_pages() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int64_t>(free_.size());
+}
+
+CacheStats PageLedger::snapshot() const {
+  CacheStats s;
+  s.pages_total = pages_total_;
+  s.bytes_per_key = bytes_per_key_;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  while (true) {
+    const uint64_t before = version_.load(std::memory_order_acquire);
+    if (before % 2 == 1) continue;
+    s.pages_in_use = pages_in_use_.load(kRelaxed);
+    s.live_slots = live_.load(kRelaxed);
+    s.evicted_slots = evicted_.load(kRelaxed);
+    s.full_cache_keys = full_keys_.load(kRelaxed);
+    s.sequences = sequences_.load(kRelaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (version_.load(kRelaxed) == before) return s;
+  }
+}
+
+}  // namespace fpa::cache

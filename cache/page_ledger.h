@@ -1,0 +1,51 @@
+// The pool's free-page list and the cache-wide counters, changed together under one lock and read
+// without it: writers bump a sequence number around each change (a seqlock), a reader retries
+// until it saw no change, so a snapshot is always one consistent state and never blocks decoding.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "cache/kv_cache.h"
+
+namespace fpa::cache {
+
+struct LedgerDelta {
+  int64_t live = 0;
+  int64_t evicted = 0;
+  int64_t full_keys = 0;
+  int64_t sequences = 0;
+};
+
+class PageLedger {
+ public:
+  PageLedger(int64_t num_pages, int64_t bytes_per_key);
+
+  // A free page, counted in use together with `delta`; nullopt (nothing changed) when none.
+  std::optional<int32_t> take_page(const LedgerDelta& delta);
+  // Returns `pages` to the pool and applies `delta`, as one change.
+  void apply(const LedgerDelta& delta, std::span<const int32_t> pages = {});
+
+  int64_t free_pages() const;
+  CacheStats snapshot() const;
+
+ private:
+  void apply_locked(const LedgerDelta& delta, int64_t pages_delta);
+
+  mutable std::mutex mu_;
+  std::vector<int32_t> free_;  // guarded by mu_
+  const int64_t pages_total_;
+  const int64_t bytes_per_key_;
+  std::atomic<uint64_t> version_{0};  // odd while a change is in progress
+  std::atomic<int64_t> pages_in_use_{0};
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> evicted_{0};
+  std::atomic<int64_t> full_keys_{0};
+  std::atomic<int64_t> sequences_{0};
+};
+
+}  // namespace fpa::cache

@@ -1,0 +1,94 @@
+// Pages and slots: the pool's storage (one aligned host allocation, structure of arrays within
+// a page) and each page's slot bookkeeping. A stream owns a list of pages; a slot is addressed
+// by its global id `page * page_slots + slot`. Calls for different streams may run in parallel:
+// a page's bookkeeping is touched only by its owner, the free list only under the ledger's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/kv_cache.h"
+#include "cache/page_ledger.h"
+
+namespace fpa::cache {
+
+// The pages of one stream; `live` counts its live slots.
+struct StreamPages {
+  std::vector<int32_t> pages;
+  std::vector<int32_t> nonfull;  // pages of `pages` with at least one free slot
+  int64_t live = 0;
+};
+
+class PageTable {
+ public:
+  // Bytes per slot: k and v (float32), lvl, m, acc, pos.
+  static int64_t bytes_per_key(const CacheShape& shape);
+  // Bytes of one page in the pool (its arrays padded to 64-byte boundaries).
+  static int64_t page_stride(const CacheShape& shape, bool host_storage);
+  static absl::StatusOr<std::unique_ptr<PageTable>> create(const CacheShape& shape,
+                                                           int64_t num_pages, bool host_storage);
+  ~PageTable();
+
+  int32_t slots() const { return slots_; }
+  int64_t num_pages() const { return num_pages_; }
+  bool host_storage() const { return host_storage_; }
+  PageLedger& ledger() { return ledger_; }
+  const PageLedger& ledger() const { return ledger_; }
+
+  // k and v are null without host storage; lvl, m, acc and pos are always on the host.
+  PageView view(int32_t page) const;
+  float lvl(int32_t gslot) const { return view(gslot / slots_).lvl[gslot % slots_]; }
+  float m(int32_t gslot) const { return view(gslot / slots_).m[gslot % slots_]; }
+  float acc(int32_t gslot) const { return view(gslot / slots_).acc[gslot % slots_]; }
+  int32_t pos(int32_t gslot) const { return view(gslot / slots_).pos[gslot % slots_]; }
+  // Position of the slot in its stream's ordering structure (the stream's to interpret).
+  int32_t& where(int32_t gslot) { return where_[static_cast<size_t>(gslot)]; }
+  int32_t* where_data() { return where_.data(); }
+
+  // A free slot of the stream (a page from the pool when all its pages are full), counted live
+  // together with `full_keys_delta`. ResourceExhausted, nothing changed, when the pool is empty.
+  absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta);
+  // Writes a taken slot's contents (k, v only with host storage; acc = 0).
+  void write_slot(int32_t gslot, int32_t pos, float lvl, float m, const float* k, const float* v);
+  // Frees the slots (pos = -1); pages left without a live slot go back to the pool at once.
+  void free_slots(StreamPages& stream, std::span<const int32_t> gslots, bool evicted);
+  // Returns every page of the stream; `full_keys` is what the stream counted as full-cache keys.
+  void release(StreamPages& stream, int64_t full_keys);
+  // Moves live slots out of the stream's sparsest pages into its fullest ones when that frees at
+  // least one page; reports each move (from, to) before the source slot is cleared. Pages freed.
+  int compact(StreamPages& stream, const std::function<void(int32_t from, int32_t to)>& moved);
+
+ private:
+  PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, std::byte* base);
+  int32_t claim(StreamPages& stream, int32_t page);  // a free slot of an owned page
+  bool unclaim(StreamPages& stream, int32_t gslot);  // true when the page emptied
+  void adopt(StreamPages& stream, int32_t page);     // a fresh page joins the stream
+  void drop(StreamPages& stream, int32_t page);      // an empty page leaves the stream
+  void copy_slot(int32_t from, int32_t to);
+
+  struct PageInfo {
+    int32_t live = 0;
+    int32_t free_head = -1;   // first free slot (index within the page), linked by next_free_
+    int32_t list_index = -1;  // index in the owner's `pages`
+    int32_t nonfull_index = -1;
+  };
+
+  const int32_t slots_;
+  const int32_t head_dim_;
+  const int64_t num_pages_;
+  const bool host_storage_;
+  std::byte* const base_;
+  size_t stride_ = 0;
+  size_t off_v_ = 0, off_lvl_ = 0, off_m_ = 0, off_acc_ = 0, off_pos_ = 0;
+  std::vector<PageInfo> info_;
+  std::vector<int32_t> next_free_;  // per global slot
+  std::vector<int32_t> where_;      // per global slot
+  PageLedger ledger_;
+};
+
+}  // namespace fpa::cache

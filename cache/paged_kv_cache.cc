@@ -1,0 +1,298 @@
+// KvCache: sequences and their streams over one PageTable.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <shared_mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "cache/eviction.h"
+#include "cache/kv_cache.h"
+#include "cache/page_table.h"
+#include "cache/policy.h"
+#include "cache/stream.h"
+
+namespace fpa::cache {
+
+int64_t CacheStats::bytes_held() const { return pages_in_use * page_slots * bytes_per_key; }
+int64_t CacheStats::bytes_full() const { return full_cache_keys * bytes_per_key; }
+
+double SequenceStats::live_fraction() const {
+  return full_keys > 0 ? static_cast<double>(live_keys) / static_cast<double>(full_keys) : 0.0;
+}
+
+namespace {
+
+struct Sequence {
+  PolicyConfig policy;
+  std::vector<Stream> streams;  // layer-major: layer * n_heads + head
+  // Readable while the sequence runs, hence atomics.
+  std::atomic<int64_t> length{0};
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> pages{0};
+};
+
+void raise_to(std::atomic<int64_t>& value, int64_t candidate) {
+  int64_t current = value.load(std::memory_order_relaxed);
+  while (candidate > current && !value.compare_exchange_weak(current, candidate)) {
+  }
+}
+
+// Carries a stream's change in live keys and pages to its sequence's counters.
+class SequenceAccount {
+ public:
+  SequenceAccount(Sequence& seq, const Stream& stream)
+      : seq_(seq),
+        stream_(stream),
+        live_(stream.pages.live),
+        pages_(static_cast<int64_t>(stream.pages.pages.size())) {}
+  ~SequenceAccount() {
+    const int64_t live =
+        seq_.live.fetch_add(stream_.pages.live - live_) + (stream_.pages.live - live_);
+    seq_.pages.fetch_add(static_cast<int64_t>(stream_.pages.pages.size()) - pages_);
+    raise_to(seq_.peak, live);
+  }
+  SequenceAccount(const SequenceAccount&) = delete;
+  SequenceAccount& operator=(const SequenceAccount&) = delete;
+
+ private:
+  Sequence& seq_;
+  const Stream& stream_;
+  const int64_t live_;
+  const int64_t pages_;
+};
+
+class PagedKvCache final : public KvCache {
+ public:
+  PagedKvCache(CacheShape shape, std::unique_ptr<PageTable> table)
+      : shape_(shape), table_(std::move(table)) {}
+
+  const CacheShape& shape() const override { return shape_; }
+
+  absl::StatusOr<SeqId> add_sequence(const PolicyConfig& policy) override {
+    if (absl::Status s = validate_policy(policy); !s.ok()) return s;
+    auto seq = std::make_unique<Sequence>();
+    seq->policy = policy;
+    const int streams = shape_.n_layers * shape_.n_heads;
+    seq->streams.reserve(static_cast<size_t>(streams));
+    for (int i = 0; i < streams; ++i) seq->streams.emplace_back(table_->where_data());
+    std::unique_lock lock(mu_);
+    const SeqId id = next_id_++;
+    sequences_.emplace(id, std::move(seq));
+    table_->ledger().apply({.sequences = 1});
+    return id;
+  }
+
+  void release(SeqId id) override {
+    std::unique_ptr<Sequence> seq;
+    {
+      std::unique_lock lock(mu_);
+      auto it = sequences_.find(id);
+      if (it == sequences_.end()) return;
+      seq = std::move(it->second);
+      sequences_.erase(it);
+    }
+    for (Stream& stream : seq->streams) {
+      stream.order.clear();
+      for (int32_t gslot : stream.pending) table_->where(gslot) = -1;
+      table_->release(stream.pages, int64_t{stream.last_pos} + 1);
+    }
+    table_->ledger().apply({.sequences = -1});
+  }
+
+  const PolicyConfig& policy(SeqId id) const override {
+    static const PolicyConfig kUnknown{};
+    std::shared_lock lock(mu_);
+    auto it = sequences_.find(id);
+    return it == sequences_.end() ? kUnknown : it->second->policy;
+  }
+
+  int64_t pages_needed(SeqId id, int n_tokens) const override {
+    std::shared_lock lock(mu_);
+    const Sequence* seq = find(id);
+    if (seq == nullptr || n_tokens <= 0) return 0;
+    const int64_t slots = shape_.page_slots;
+    int64_t pages = 0;
+    for (const Stream& stream : seq->streams) {
+      const int64_t free =
+          static_cast<int64_t>(stream.pages.pages.size()) * slots - stream.pages.live;
+      const int64_t missing = std::max<int64_t>(0, n_tokens - free);
+      pages += (missing + slots - 1) / slots;
+    }
+    return pages;
+  }
+
+  int64_t free_pages() const override { return table_->ledger().free_pages(); }
+
+  int evict_for_step(SeqId id, int layer, int head, float phi, float beta, int32_t pos) override {
+    std::shared_lock lock(mu_);
+    auto [seq, stream] = locate(id, layer, head);
+    if (stream == nullptr) return 0;
+    SequenceAccount account(*seq, *stream);
+    return evict_step(*table_, *stream, seq->policy, phi, beta, pos);
+  }
+
+  int evict_for_chunk(SeqId id, int layer, int head, float min_phi_chunk, float beta,
+                      int32_t chunk_end_pos) override {
+    std::shared_lock lock(mu_);
+    auto [seq, stream] = locate(id, layer, head);
+    if (stream == nullptr) return 0;
+    SequenceAccount account(*seq, *stream);
+    return evict_chunk(*table_, *stream, seq->policy, min_phi_chunk, beta, chunk_end_pos);
+  }
+
+  absl::StatusOr<SlotRef> insert(SeqId id, int layer, int head, int32_t pos, float lvl,
+                                 const float* k, const float* v, float m) override {
+    std::shared_lock lock(mu_);
+    auto [seq, stream] = locate(id, layer, head);
+    if (stream == nullptr) return not_found(id, layer, head);
+    if (pos <= stream->last_pos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("insert: position ", pos, " after ", stream->last_pos, " (must increase)"));
+    }
+    if (std::isnan(lvl) || std::isnan(m)) {
+      return absl::InvalidArgumentError(absl::StrCat("insert: NaN level or minimum at ", pos));
+    }
+    if (table_->host_storage() && (k == nullptr || v == nullptr)) {
+      return absl::InvalidArgumentError("insert: k and v are required with host storage");
+    }
+    SequenceAccount account(*seq, *stream);
+    absl::StatusOr<int32_t> gslot = table_->take_slot(stream->pages, pos - stream->last_pos);
+    if (!gslot.ok()) return gslot.status();
+    table_->write_slot(*gslot, pos, lvl, m, k, v);
+    track_inserted(*table_, *stream, seq->policy, *gslot);
+    stream->last_pos = pos;
+    raise_to(seq->length, int64_t{pos} + 1);
+    return SlotRef{*gslot / shape_.page_slots, *gslot % shape_.page_slots};
+  }
+
+  float last_phi(SeqId id, int layer, int head) const override {
+    std::shared_lock lock(mu_);
+    const Stream* stream = locate(id, layer, head).second;
+    return stream == nullptr ? 0.0f : stream->last_phi;
+  }
+
+  void set_last_phi(SeqId id, int layer, int head, float phi) override {
+    std::shared_lock lock(mu_);
+    if (Stream* stream = locate(id, layer, head).second) stream->last_phi = phi;
+  }
+
+  std::span<const int32_t> pages(SeqId id, int layer, int head) const override {
+    std::shared_lock lock(mu_);
+    const Stream* stream = locate(id, layer, head).second;
+    if (stream == nullptr) return {};
+    return stream->pages.pages;
+  }
+
+  PageView page(int32_t page_id) override {
+    if (page_id < 0 || page_id >= table_->num_pages()) return PageView{};
+    return table_->view(page_id);
+  }
+
+  int compact(SeqId id, int layer, int head,
+              const std::function<void(SlotRef from, SlotRef to)>& on_move) override {
+    std::shared_lock lock(mu_);
+    auto [seq, stream] = locate(id, layer, head);
+    if (stream == nullptr) return 0;
+    SequenceAccount account(*seq, *stream);
+    const int32_t slots = shape_.page_slots;
+    return table_->compact(stream->pages, [&](int32_t from, int32_t to) {
+      const int32_t where = table_->where(from);
+      if (where >= 0) {
+        stream->order.relocate(where, to);
+      } else if (where <= -2) {
+        stream->pending[static_cast<size_t>(-2 - where)] = to;
+        table_->where(to) = where;
+      }
+      if (on_move) on_move({from / slots, from % slots}, {to / slots, to % slots});
+    });
+  }
+
+  CacheStats stats() const override {
+    CacheStats s = table_->ledger().snapshot();
+    s.page_slots = shape_.page_slots;
+    return s;
+  }
+
+  SequenceStats sequence_stats(SeqId id) const override {
+    std::shared_lock lock(mu_);
+    const Sequence* seq = find(id);
+    if (seq == nullptr) return {};
+    SequenceStats s;
+    s.length = seq->length.load();
+    s.live_keys = seq->live.load();
+    s.peak_live_keys = seq->peak.load();
+    s.pages = seq->pages.load();
+    s.full_keys = s.length * shape_.n_layers * shape_.n_heads;
+    return s;
+  }
+
+ private:
+  const Sequence* find(SeqId id) const {
+    auto it = sequences_.find(id);
+    return it == sequences_.end() ? nullptr : it->second.get();
+  }
+
+  std::pair<Sequence*, Stream*> locate(SeqId id, int layer, int head) const {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end() || layer < 0 || layer >= shape_.n_layers || head < 0 ||
+        head >= shape_.n_heads) {
+      return {nullptr, nullptr};
+    }
+    Sequence* seq = it->second.get();
+    return {seq, &seq->streams[static_cast<size_t>(layer * shape_.n_heads + head)]};
+  }
+
+  absl::Status not_found(SeqId id, int layer, int head) const {
+    if (sequences_.contains(id)) {
+      return absl::InvalidArgumentError(absl::StrCat("no stream layer ", layer, " head ", head,
+                                                     " in a cache of ", shape_.n_layers,
+                                                     " layers x ", shape_.n_heads, " heads"));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+
+  const CacheShape shape_;
+  std::unique_ptr<PageTable> table_;
+  mutable std::shared_mutex mu_;  // guards sequences_ (the map, not the sequences' streams)
+  absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;
+  SeqId next_id_ = 1;
+};
+
+absl::Status validate_shape(const CacheShape& shape, int64_t num_pages) {
+  if (shape.n_layers < 1 || shape.n_heads < 1 || shape.head_dim < 1 || shape.page_slots < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache shape needs positive sizes, got layers=", shape.n_layers, " heads=", shape.n_heads,
+        " head_dim=", shape.head_dim, " page_slots=", shape.page_slots));
+  }
+  constexpr int64_t kMaxSlots = int64_t{1} << 31;
+  if (num_pages < 1 || num_pages * shape.page_slots >= kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("cache needs 1 to ", kMaxSlots - 1,
+                                                   " slots in all, got ", num_pages, " pages of ",
+                                                   shape.page_slots));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(CacheShape shape, int64_t num_pages,
+                                                         bool host_storage) {
+  if (absl::Status s = validate_shape(shape, num_pages); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<PageTable>> table =
+      PageTable::create(shape, num_pages, host_storage);
+  if (!table.ok()) return table.status();
+  return std::unique_ptr<KvCache>(new PagedKvCache(shape, *std::move(table)));
+}
+
+int64_t KvCache::pages_for_bytes(CacheShape shape, int64_t bytes) {
+  if (validate_shape(shape, 1).ok() && bytes > 0) {
+    return bytes / PageTable::page_stride(shape, true);
+  }
+  return 0;
+}
+
+}  // namespace fpa::cache
