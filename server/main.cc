@@ -1,0 +1,144 @@
+// fpa-serve: loads a model, starts the scheduler, the gRPC server (FpaService, health,
+// reflection) and the /metrics endpoint, and serves until SIGTERM or SIGINT, then drains.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "server/engine/model_runner.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/scheduler.h"
+#include "server/service.h"
+
+namespace fpa::server {
+
+constexpr const char* kServiceName = "fpa.v1.FpaService";
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, const Model& model,
+                                                      cache::KvCache& cache, bool use_cuda) {
+  if (use_cuda) return make_cuda_backend(model, cache);
+  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  return make_cpu_backend(model, cache, std::max(threads, 1));
+}
+
+absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o,
+                                                           const ModelConfig& c, bool use_cuda) {
+  cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots};
+  int64_t pages =
+      o.cache_pages ? *o.cache_pages : cache::KvCache::pages_for_bytes(shape, o.cache_bytes);
+  if (pages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cache-bytes ", o.cache_bytes, " holds no page of this model"));
+  }
+  // A device backend keeps keys and values in its own memory; the cache then does bookkeeping.
+  return cache::KvCache::create(shape, pages, /*host_storage=*/!use_cuda);
+}
+
+int serve(const ServeOptions& o) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model);
+  if (!model.ok()) {
+    std::cerr << "fpa-serve: " << model.status().message() << "\n";
+    return 1;
+  }
+  const ModelConfig& config = (*model)->config();
+  bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
+  absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda);
+  if (!kv.ok()) {
+    std::cerr << "fpa-serve: " << kv.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> backend = make_backend(o, **model, **kv, use_cuda);
+  if (!backend.ok()) {
+    std::cerr << "fpa-serve: backend: " << backend.status().message() << "\n";
+    return 1;
+  }
+  ModelRunner runner(**model, **kv, std::move(*backend));
+
+  ServerMetrics metrics(**kv);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(o.metrics_address);
+  } catch (const std::exception& e) {
+    std::cerr << "fpa-serve: cannot serve metrics on " << o.metrics_address << ": " << e.what()
+              << "\n";
+    return 1;
+  }
+  exposer->RegisterCollectable(metrics.collectable());
+
+  Scheduler scheduler(runner, {o.max_batch, o.max_queue, o.prefill_chunk}, &metrics);
+  ServiceInfo info;
+  info.backend = std::string(runner.backend_name());
+  info.limits = {config.vocab_size, config.bos_id, o.max_prompt_tokens, o.max_new_tokens,
+                 o.tau.value_or(config.tau)};
+  info.max_batch = o.max_batch;
+  FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(o.address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "fpa-serve: cannot listen on " << o.address << "\n";
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  scheduler.start();
+
+  std::string host = o.address.substr(0, o.address.rfind(':'));
+  std::cout << "fpa-serve: " << config.n_layers << "-layer model from " << o.model << " on "
+            << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages\n"
+            << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
+            << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
+            << exposer->GetListeningPorts().at(0) << " (metrics)" << std::endl;
+
+  sigset_t signals = stop_signals();
+  int sig = 0;
+  sigwait(&signals, &sig);
+
+  std::cout << "fpa-serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining (at most "
+            << o.drain_seconds << " s)" << std::endl;
+  server->GetHealthCheckService()->SetServingStatus(false);
+  scheduler.drain(std::chrono::duration<double>(o.drain_seconds));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::cout << "fpa-serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace fpa::server
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts, so that every thread inherits the mask and
+  // only sigwait() in serve() sees them.
+  sigset_t signals = fpa::server::stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<fpa::server::ServeOptions> options = fpa::server::parse_options(argc, argv);
+  if (!options.ok()) {
+    std::cerr << "fpa-serve: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (options->help) {
+    std::cout << fpa::server::usage();
+    return 0;
+  }
+  return fpa::server::serve(*options);
+}

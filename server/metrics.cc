@@ -1,0 +1,109 @@
+#include "server/metrics.h"
+
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace fpa::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+using prometheus::Registry;
+
+prometheus::Gauge& gauge(Registry& r, const std::string& name, const std::string& help) {
+  return BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Counter& counter(Registry& r, const std::string& name, const std::string& help) {
+  return BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+Histogram& histogram(Registry& r, const std::string& name, const std::string& help,
+                     Histogram::BucketBoundaries buckets) {
+  return BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
+}
+
+// Latency buckets from 0.5 ms to 60 s.
+Histogram::BucketBoundaries latency_buckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+class RefreshingCollectable : public prometheus::Collectable {
+ public:
+  RefreshingCollectable(ServerMetrics& metrics, std::shared_ptr<Registry> registry)
+      : metrics_(metrics), registry_(std::move(registry)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    metrics_.refresh_cache_gauges();
+    return registry_->Collect();
+  }
+
+ private:
+  ServerMetrics& metrics_;
+  std::shared_ptr<Registry> registry_;
+};
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(const cache::KvCache& cache)
+    : cache_(cache),
+      pages_total_(gauge(*registry_, "fpa_cache_pages_total", "Pages in the KV pool")),
+      pages_in_use_(
+          gauge(*registry_, "fpa_cache_pages_in_use", "Pages holding at least one live key")),
+      live_keys_(gauge(*registry_, "fpa_cache_live_keys",
+                       "Live keys over all sequences, layers and heads")),
+      keys_evicted_(counter(*registry_, "fpa_cache_keys_evicted_total", "Keys evicted")),
+      bytes_held_(gauge(*registry_, "fpa_cache_bytes_held", "Bytes of the pages in use")),
+      bytes_full_(gauge(*registry_, "fpa_cache_bytes_full",
+                        "Bytes a never-evicting cache would hold for the same sequences")),
+      bytes_saved_(gauge(*registry_, "fpa_cache_bytes_saved", "bytes_full - bytes_held")),
+      live_fraction_(histogram(
+          *registry_, "fpa_request_live_fraction",
+          "Per finished request: live keys / full-cache keys at its end",
+          {0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0})),
+      running_(gauge(*registry_, "fpa_requests_running", "Sequences in the running batch")),
+      waiting_(gauge(*registry_, "fpa_requests_waiting", "Requests queued")),
+      requests_(BuildCounter()
+                    .Name("fpa_requests_total")
+                    .Help("Finished requests by gRPC status code name")
+                    .Register(*registry_)),
+      ttft_(histogram(*registry_, "fpa_time_to_first_token_seconds",
+                      "Request arrival to first generated token", latency_buckets())),
+      itl_(histogram(*registry_, "fpa_inter_token_latency_seconds",
+                     "Between consecutive generated tokens", latency_buckets())),
+      duration_(histogram(*registry_, "fpa_request_duration_seconds",
+                          "Request arrival to last token", latency_buckets())),
+      prompt_tokens_(counter(*registry_, "fpa_prompt_tokens_total", "Prompt tokens processed")),
+      generated_tokens_(counter(*registry_, "fpa_generated_tokens_total", "Tokens generated")) {
+  collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);
+  refresh_cache_gauges();
+}
+
+void ServerMetrics::set_queue(int running, int waiting) {
+  running_.Set(running);
+  waiting_.Set(waiting);
+}
+
+void ServerMetrics::count_request(int grpc_code) {
+  requests_.Add({{"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_code))}})
+      .Increment();
+}
+
+void ServerMetrics::refresh_cache_gauges() {
+  cache::CacheStats s = cache_.stats();
+  pages_total_.Set(static_cast<double>(s.pages_total));
+  pages_in_use_.Set(static_cast<double>(s.pages_in_use));
+  live_keys_.Set(static_cast<double>(s.live_slots));
+  bytes_held_.Set(static_cast<double>(s.bytes_held()));
+  bytes_full_.Set(static_cast<double>(s.bytes_full()));
+  bytes_saved_.Set(static_cast<double>(s.bytes_full() - s.bytes_held()));
+  std::lock_guard lock(evicted_mu_);
+  if (s.evicted_slots > evicted_seen_) {
+    keys_evicted_.Increment(static_cast<double>(s.evicted_slots - evicted_seen_));
+    evicted_seen_ = s.evicted_slots;
+  }
+}
+
+}  // namespace fpa::server

@@ -1,0 +1,64 @@
+// The Prometheus metrics of docs/serving.md. Cache figures are read from KvCache::stats() at
+// scrape time; request figures are recorded by the scheduler and the gRPC layer as they happen.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cache/kv_cache.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace fpa::server {
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(const cache::KvCache& cache);
+
+  // What an Exposer serves: refreshes the cache gauges, then collects everything.
+  std::shared_ptr<prometheus::Collectable> collectable() { return collectable_; }
+
+  void set_queue(int running, int waiting);
+  void count_request(int grpc_code);
+  void observe_ttft(double seconds) { ttft_.Observe(seconds); }
+  void observe_inter_token(double seconds) { itl_.Observe(seconds); }
+  void observe_request_duration(double seconds) { duration_.Observe(seconds); }
+  void observe_live_fraction(double f) { live_fraction_.Observe(f); }
+  void add_prompt_tokens(int64_t n) { prompt_tokens_.Increment(static_cast<double>(n)); }
+  void add_generated_tokens(int64_t n) { generated_tokens_.Increment(static_cast<double>(n)); }
+
+  void refresh_cache_gauges();
+
+ private:
+  const cache::KvCache& cache_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<prometheus::Collectable> collectable_;
+
+  prometheus::Gauge& pages_total_;
+  prometheus::Gauge& pages_in_use_;
+  prometheus::Gauge& live_keys_;
+  prometheus::Counter& keys_evicted_;
+  prometheus::Gauge& bytes_held_;
+  prometheus::Gauge& bytes_full_;
+  prometheus::Gauge& bytes_saved_;
+  prometheus::Histogram& live_fraction_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& waiting_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Histogram& ttft_;
+  prometheus::Histogram& itl_;
+  prometheus::Histogram& duration_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generated_tokens_;
+
+  std::mutex evicted_mu_;
+  int64_t evicted_seen_ = 0;  // the cache's evicted count already added to keys_evicted_
+};
+
+}  // namespace fpa::server

@@ -1,0 +1,149 @@
+#include "server/options.h"
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace fpa::server {
+namespace {
+
+struct Flag {
+  absl::string_view name;
+  absl::string_view value_name;
+  absl::string_view help;
+  // Stores the parsed value; false when it does not parse or is out of range.
+  std::function<bool(ServeOptions&, absl::string_view)> set;
+};
+
+template <typename T>
+std::function<bool(ServeOptions&, absl::string_view)> integer(T ServeOptions::*field, T min) {
+  return [field, min](ServeOptions& o, absl::string_view v) {
+    T x;
+    if (!absl::SimpleAtoi(v, &x) || x < min) return false;
+    o.*field = x;
+    return true;
+  };
+}
+
+std::function<bool(ServeOptions&, absl::string_view)> text(std::string ServeOptions::*field) {
+  return [field](ServeOptions& o, absl::string_view v) {
+    if (v.empty()) return false;
+    o.*field = std::string(v);
+    return true;
+  };
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> kFlags = {
+      {"model", "DIR", "model directory (config.json + model.safetensors) [models/fpa-tiny]",
+       text(&ServeOptions::model)},
+      {"address", "HOST:PORT", "gRPC listen address; port 0 picks a free one [0.0.0.0:50051]",
+       text(&ServeOptions::address)},
+      {"metrics-address", "HOST:PORT", "Prometheus /metrics HTTP address [0.0.0.0:9400]",
+       text(&ServeOptions::metrics_address)},
+      {"backend", "auto|cpu|cuda", "compute backend; auto = CUDA when a device is present [auto]",
+       [](ServeOptions& o, absl::string_view v) {
+         if (v != "auto" && v != "cpu" && v != "cuda") return false;
+         o.backend = std::string(v);
+         return true;
+       }},
+      {"cache-bytes", "N", "KV page pool size in bytes [268435456]",
+       integer(&ServeOptions::cache_bytes, int64_t{1})},
+      {"cache-pages", "N", "KV page pool size in pages (overrides --cache-bytes)",
+       [](ServeOptions& o, absl::string_view v) {
+         int64_t x;
+         if (!absl::SimpleAtoi(v, &x) || x < 1) return false;
+         o.cache_pages = x;
+         return true;
+       }},
+      {"page-slots", "N", "slots per page [16]", integer(&ServeOptions::page_slots, 1)},
+      {"max-batch", "N", "sequences decoded together [32]", integer(&ServeOptions::max_batch, 1)},
+      {"max-queue", "N", "waiting requests before RESOURCE_EXHAUSTED [256]",
+       integer(&ServeOptions::max_queue, 0)},
+      {"max-prompt-tokens", "N", "longer prompts are INVALID_ARGUMENT [65536]",
+       integer(&ServeOptions::max_prompt_tokens, 1)},
+      {"max-new-tokens", "N", "upper bound of a request's max_new_tokens [4096]",
+       integer(&ServeOptions::max_new_tokens, 1)},
+      {"prefill-chunk", "N", "prompt tokens per scheduler iteration [256]",
+       integer(&ServeOptions::prefill_chunk, 1)},
+      {"tau", "X", "default FPA eviction threshold in logit units [the model's tau]",
+       [](ServeOptions& o, absl::string_view v) {
+         float x;
+         if (!absl::SimpleAtof(v, &x) || !std::isfinite(x) || x <= 0) return false;
+         o.tau = x;
+         return true;
+       }},
+      {"threads", "N", "CPU backend threads; 0 = every core [0]",
+       integer(&ServeOptions::threads, 0)},
+      {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
+       [](ServeOptions& o, absl::string_view v) {
+         double x;
+         if (!absl::SimpleAtod(v, &x) || !std::isfinite(x) || x < 0) return false;
+         o.drain_seconds = x;
+         return true;
+       }},
+  };
+  return kFlags;
+}
+
+}  // namespace
+
+std::string usage() {
+  std::string out =
+      "Usage: fpa-serve [--flag value | --flag=value]...\n"
+      "Serves a First Passage Attention model over gRPC (fpa.v1.FpaService) with Prometheus\n"
+      "metrics. SIGTERM drains in-flight requests, then exits.\n\nFlags:\n";
+  for (const Flag& f : flags()) {
+    std::string head = absl::StrCat("  --", f.name, " ", f.value_name);
+    head.resize(std::max<size_t>(head.size() + 1, 34), ' ');
+    absl::StrAppend(&out, head, f.help, "\n");
+  }
+  absl::StrAppend(&out, "  --help                          this text\n");
+  return out;
+}
+
+absl::StatusOr<ServeOptions> parse_options(int argc, char** argv) {
+  ServeOptions o;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (arg.substr(0, 2) != "--") {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    arg.remove_prefix(2);
+    absl::string_view name = arg, value;
+    bool inline_value = false;
+    if (size_t eq = arg.find('='); eq != absl::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inline_value = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags()) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
+      value = argv[++i];
+    }
+    if (!flag->set(o, value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": bad value '", value, "' (expected ", flag->value_name, ")"));
+    }
+  }
+  return o;
+}
+
+}  // namespace fpa::server

@@ -1,0 +1,35 @@
+// fpa-serve's command line (docs/serving.md lists the flags and their defaults).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fpa::server {
+
+struct ServeOptions {
+  std::string model = "models/fpa-tiny";
+  std::string address = "0.0.0.0:50051";
+  std::string metrics_address = "0.0.0.0:9400";
+  std::string backend = "auto";  // auto | cpu | cuda
+  int64_t cache_bytes = 268435456;
+  std::optional<int64_t> cache_pages;
+  int page_slots = 16;
+  int max_batch = 32;
+  int max_queue = 256;
+  int max_prompt_tokens = 65536;
+  int max_new_tokens = 4096;
+  int prefill_chunk = 256;
+  std::optional<float> tau;  // the model's tau when absent
+  int threads = 0;           // 0 = every core
+  double drain_seconds = 30;
+  bool help = false;
+};
+
+// Parses `--flag value` and `--flag=value`. InvalidArgument naming the flag on any problem.
+absl::StatusOr<ServeOptions> parse_options(int argc, char** argv);
+std::string usage();
+
+}  // namespace fpa::server

@@ -1,0 +1,202 @@
+#include "server/reactors.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "server/request.h"
+#include "server/service.h"
+
+namespace fpa::server {
+namespace {
+
+grpc::Status to_grpc(const absl::Status& st) {
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+v1::FinishReason to_proto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void fill_usage(const Usage& u, v1::Usage* out) {
+  out->set_prompt_tokens(u.prompt_tokens);
+  out->set_generated_tokens(u.generated_tokens);
+  out->set_peak_live_keys(u.peak_live_keys);
+  out->set_live_fraction(u.live_fraction);
+  out->set_cache_bytes_held(u.cache_bytes_held);
+  out->set_cache_bytes_full(u.cache_bytes_full);
+}
+
+template <typename Msg>
+void append_tokens(const TokenChunk& c, Msg* m) {
+  m->mutable_token_ids()->Add(c.ids.begin(), c.ids.end());
+  m->mutable_logprobs()->Add(c.logprobs.begin(), c.logprobs.end());
+  m->mutable_text()->append(c.text);
+}
+
+class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink {
+ public:
+  UnaryGenerate(FpaServiceImpl& service, v1::GenerateResponse* resp)
+      : service_(service), resp_(resp) {}
+
+  void start(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+    // After a successful submit the scheduler owns the call: `this` may already be gone.
+    if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) finish(st);
+  }
+
+  void on_tokens(TokenChunk chunk) override { append_tokens(chunk, resp_); }
+
+  void on_finish(Completion done) override {
+    resp_->mutable_text()->append(done.text_tail);
+    resp_->set_finish_reason(to_proto(done.reason));
+    fill_usage(done.usage, resp_->mutable_usage());
+    finish(done.status);
+  }
+
+  void OnCancel() override {
+    if (request_) request_->cancelled = true;
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void finish(const absl::Status& st) {
+    service_.metrics().count_request(static_cast<int>(st.code()));
+    Finish(to_grpc(st));
+  }
+
+  FpaServiceImpl& service_;
+  v1::GenerateResponse* resp_;
+  std::shared_ptr<Request> request_;
+};
+
+// Writes one message at a time, as gRPC requires; messages that pile up behind a slow client are
+// merged into one token group.
+class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse>,
+                             public RequestSink {
+ public:
+  explicit StreamGenerate(FpaServiceImpl& service) : service_(service) {}
+
+  void start(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+    if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) {
+      service_.metrics().count_request(static_cast<int>(st.code()));
+      Finish(to_grpc(st));
+    }
+  }
+
+  void on_tokens(TokenChunk chunk) override {
+    Outgoing o;
+    append_tokens(chunk, &o.msg);
+    enqueue(std::move(o));
+  }
+
+  void on_finish(Completion done) override {
+    Outgoing o;
+    o.last = true;
+    o.status = to_grpc(done.status);
+    o.code = static_cast<int>(done.status.code());
+    if (done.status.ok()) {
+      o.msg.set_text(done.text_tail);
+      o.msg.set_finish_reason(to_proto(done.reason));
+      fill_usage(done.usage, o.msg.mutable_usage());
+    }
+    enqueue(std::move(o));
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;  // the client is gone: stop generating for it
+      request_->cancelled = true;
+    }
+    pump(lock);
+  }
+  void OnCancel() override {
+    if (request_) request_->cancelled = true;
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  struct Outgoing {
+    v1::GenerateStreamResponse msg;
+    bool last = false;
+    grpc::Status status;
+    int code = 0;
+  };
+
+  void enqueue(Outgoing o) {
+    std::unique_lock lock(mu_);
+    queue_.push_back(std::move(o));
+    if (!writing_) pump(lock);
+  }
+
+  // Starts the next write (or the finish) when none is in flight. Called with mu_ held; releases
+  // it before calling into gRPC.
+  void pump(std::unique_lock<std::mutex>& lock) {
+    if (queue_.empty()) return;
+    Outgoing o = std::move(queue_.front());
+    queue_.pop_front();
+    while (!o.last && !queue_.empty() && !queue_.front().last) {
+      o.msg.MergeFrom(queue_.front().msg);
+      queue_.pop_front();
+    }
+    writing_ = true;  // stays set after the last message: nothing follows it
+    if (o.last) {
+      bool with_message = o.status.ok() && !broken_;
+      current_ = std::move(o.msg);
+      lock.unlock();
+      service_.metrics().count_request(o.code);
+      if (with_message) {
+        StartWriteAndFinish(&current_, grpc::WriteOptions(), o.status);
+      } else {
+        Finish(o.status);
+      }
+      return;
+    }
+    if (broken_) {
+      writing_ = false;  // drop tokens nobody can receive; wait for the last message
+      return;
+    }
+    current_ = std::move(o.msg);
+    lock.unlock();
+    StartWrite(&current_);
+  }
+
+  FpaServiceImpl& service_;
+  std::shared_ptr<Request> request_;
+  std::mutex mu_;
+  std::deque<Outgoing> queue_;
+  bool writing_ = false;
+  bool broken_ = false;
+  v1::GenerateStreamResponse current_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* start_unary_generate(FpaServiceImpl& service,
+                                               grpc::CallbackServerContext* ctx,
+                                               const v1::GenerateRequest& req,
+                                               v1::GenerateResponse* resp) {
+  auto* r = new UnaryGenerate(service, resp);
+  r->start(ctx, req);
+  return r;
+}
+
+grpc::ServerWriteReactor<v1::GenerateStreamResponse>* start_stream_generate(
+    FpaServiceImpl& service, grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+  auto* r = new StreamGenerate(service);
+  r->start(ctx, req);
+  return r;
+}
+
+}  // namespace fpa::server

@@ -1,0 +1,69 @@
+// A generation request as the scheduler sees it, and the sink it reports to. The gRPC layer
+// builds one from a validated GenerateRequest; the scheduler thread is the only one that calls
+// the sink, and it calls on_finish exactly once, last.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cache/kv_cache.h"
+#include "server/engine/sampler.h"
+
+namespace fpa::server {
+
+using Clock = std::chrono::steady_clock;
+
+enum class FinishReason { kNone, kLength, kEos, kStop };
+
+struct GenerationParams {
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 64;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  cache::PolicyConfig policy;
+};
+
+// The tokens of one decode step (or of the prefill's last chunk) for one request.
+struct TokenChunk {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;  // empty unless requested
+  std::string text;             // complete UTF-8 characters only
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  int64_t peak_live_keys = 0;
+  double live_fraction = 0;
+  int64_t cache_bytes_held = 0;
+  int64_t cache_bytes_full = 0;
+};
+
+struct Completion {
+  absl::Status status;
+  FinishReason reason = FinishReason::kNone;
+  Usage usage;
+  std::string text_tail;  // a trailing incomplete character, flushed as U+FFFD
+};
+
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void on_tokens(TokenChunk chunk) = 0;
+  virtual void on_finish(Completion done) = 0;
+};
+
+struct Request {
+  GenerationParams params;
+  Clock::time_point arrival = Clock::now();
+  Clock::time_point deadline = Clock::time_point::max();
+  RequestSink* sink = nullptr;
+  std::atomic<bool> cancelled{false};  // set by the gRPC layer on client cancellation
+};
+
+}  // namespace fpa::server

@@ -1,0 +1,122 @@
+#include "server/validate.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/text.h"
+
+namespace fpa::server {
+namespace {
+
+absl::Status bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+absl::StatusOr<std::vector<int32_t>> prompt_of(const v1::GenerateRequest& req,
+                                               const RequestLimits& limits) {
+  std::vector<int32_t> prompt;
+  if (req.has_tokens()) {
+    prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= limits.vocab_size) {
+        return bad("tokens.ids",
+                   absl::StrCat("id ", prompt[i], " at index ", i,
+                                " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+      }
+    }
+    if (prompt.empty()) return bad("tokens.ids", "the prompt is empty");
+  } else {
+    if (req.text().empty()) return bad("text", "the prompt is empty (set text or tokens)");
+    prompt = encode_prompt(req.text(), limits.bos_id);
+  }
+  if (static_cast<int64_t>(prompt.size()) > limits.max_prompt_tokens) {
+    return bad(req.has_tokens() ? "tokens.ids" : "text",
+               absl::StrCat("the prompt has ", prompt.size(), " tokens, more than the server's ",
+                            "limit of ", limits.max_prompt_tokens, " (--max-prompt-tokens)"));
+  }
+  return prompt;
+}
+
+absl::Status check_sampling(const v1::GenerateRequest& req, GenerationParams& p) {
+  if (!std::isfinite(req.temperature()) || req.temperature() < 0) {
+    return bad("temperature", absl::StrCat(req.temperature(), " must be a finite number >= 0"));
+  }
+  if (req.top_k() < 0) return bad("top_k", absl::StrCat(req.top_k(), " must be >= 0 (0 = off)"));
+  if (req.has_top_p() && !(req.top_p() > 0 && req.top_p() <= 1)) {
+    return bad("top_p", absl::StrCat(req.top_p(), " must be in (0, 1]"));
+  }
+  p.sampling.temperature = req.temperature();
+  p.sampling.top_k = req.top_k();
+  p.sampling.top_p = req.has_top_p() ? req.top_p() : 1.0f;
+  p.sampling.seed = req.seed();
+  return absl::OkStatus();
+}
+
+absl::Status check_stop(const v1::GenerateRequest& req, GenerationParams& p) {
+  if (req.stop_size() > kMaxStopSequences) {
+    return bad("stop", absl::StrCat(req.stop_size(), " sequences, at most ", kMaxStopSequences));
+  }
+  for (int i = 0; i < req.stop_size(); ++i) {
+    const std::string& s = req.stop(i);
+    if (s.empty() || s.size() > kMaxStopBytes) {
+      return bad("stop", absl::StrCat("sequence ", i, " must have 1 to ", kMaxStopBytes, " bytes"));
+    }
+    p.stop.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& limits,
+                          GenerationParams& p) {
+  cache::PolicyConfig& c = p.policy;
+  if (!req.eviction_policy().empty()) {
+    absl::StatusOr<cache::Policy> policy = cache::parse_policy(req.eviction_policy());
+    if (!policy.ok()) {
+      return bad("eviction_policy", absl::StrCat("unknown policy '", req.eviction_policy(),
+                                                 "' (fpa, none, window, sinks, h2o)"));
+    }
+    c.policy = *policy;
+  }
+  c.tau = limits.default_tau;
+  if (req.has_tau()) {
+    if (!std::isfinite(req.tau()) || req.tau() <= 0) {
+      return bad("tau", absl::StrCat(req.tau(), " must be a finite number > 0"));
+    }
+    c.tau = req.tau();
+  }
+  if (req.has_cache_budget_fraction()) {
+    float f = req.cache_budget_fraction();
+    if (!(f > 0 && f <= 1))
+      return bad("cache_budget_fraction", absl::StrCat(f, " must be in (0, 1]"));
+    c.budget_fraction = f;
+  }
+  if (req.has_sink_tokens()) {
+    if (req.sink_tokens() < 0) {
+      return bad("sink_tokens", absl::StrCat(req.sink_tokens(), " must be >= 0"));
+    }
+    c.sink_tokens = req.sink_tokens();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationParams> to_params(const v1::GenerateRequest& req,
+                                           const RequestLimits& limits) {
+  GenerationParams p;
+  absl::StatusOr<std::vector<int32_t>> prompt = prompt_of(req, limits);
+  if (!prompt.ok()) return prompt.status();
+  p.prompt = std::move(*prompt);
+  p.max_new_tokens = req.has_max_new_tokens() ? req.max_new_tokens() : kDefaultMaxNewTokens;
+  if (p.max_new_tokens < 1 || p.max_new_tokens > limits.max_new_tokens) {
+    return bad("max_new_tokens", absl::StrCat(req.max_new_tokens(), " is out of range [1, ",
+                                              limits.max_new_tokens, "] (--max-new-tokens)"));
+  }
+  if (absl::Status st = check_sampling(req, p); !st.ok()) return st;
+  if (absl::Status st = check_stop(req, p); !st.ok()) return st;
+  if (absl::Status st = check_policy(req, limits, p); !st.ok()) return st;
+  p.logprobs = req.logprobs();
+  return p;
+}
+
+}  // namespace fpa::server
