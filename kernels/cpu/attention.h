@@ -1,0 +1,43 @@
+// FPA attention of one stream (sequence, layer, head) on the CPU: over the paged cache for a
+// decode token, over cached keys plus a causal prompt chunk for prefill (../shared/FPA.md
+// sections 1, 3 and 4). Softmax is beta = 0, FoX is tied levels with beta = 1.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cache/kv_cache.h"
+
+namespace fpa::cpu {
+
+// The live keys of one stream as the cache holds them: its pages, page_slots slots each.
+struct CachedKeys {
+  std::span<const cache::PageView> pages;
+  int page_slots = 0;
+};
+
+// Query at position `pos` (its own key already inserted with m = +inf). Updates m = min(m, phi)
+// for keys before `pos`, adds each key's softmax probability to its acc, writes out[head_dim].
+void decode_attention(const float* q, float phi, int32_t pos, float beta, int head_dim,
+                      const CachedKeys& keys, float* out);
+
+// A prompt chunk of one head: n queries and keys at consecutive positions. q/k/v/out rows
+// have stride `stride`; phi and lvl are the chunk's field and levels [n].
+struct Chunk {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  long stride = 0;
+  const float* phi = nullptr;
+  const float* lvl = nullptr;
+  int n = 0;
+};
+
+// Attends every chunk query over the cached keys (m = min(stored m, prefix-min of phi up to
+// the query)) and the chunk keys up to it (m = min of phi over (key, query]). Afterwards the
+// cached keys hold m = min(m, min phi of the chunk) and their acc grown by the chunk's
+// attention; chunk_acc[n] gets the chunk keys' accumulated probabilities.
+void prefill_attention(const Chunk& chunk, float beta, int head_dim, const CachedKeys& keys,
+                       float* out, float* chunk_acc);
+
+}  // namespace fpa::cpu

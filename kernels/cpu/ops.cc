@@ -1,0 +1,69 @@
+#include "kernels/cpu/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace fpa::cpu {
+
+void use_single_threaded_blas() { openblas_set_num_threads(1); }
+
+void linear(const float* x, int n, const Matrix& w, float* y, int threads, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  // Blocks of output features, a multiple of 16 wide, one per thread.
+  const int blocks = std::max(1, std::min(threads, w.rows / 16));
+  const int width = ((w.rows + blocks - 1) / blocks + 15) / 16 * 16;
+  parallel_for(blocks, threads, [&](int b) {
+    const int r0 = b * width;
+    const int rows = std::min(width, w.rows - r0);
+    if (rows <= 0) return;
+    const float* wb = w.data + static_cast<long>(r0) * w.cols;
+    if (n == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, w.cols, 1.0f, wb, w.cols, x, 1, beta, y + r0,
+                  1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, w.cols, 1.0f, x, w.cols, wb,
+                  w.cols, beta, y + r0, w.rows);
+    }
+  });
+}
+
+void rmsnorm(const float* x, int n, std::span<const float> weight, float eps, float* y) {
+  const int d = static_cast<int>(weight.size());
+  for (int t = 0; t < n; ++t) {
+    const float* xr = x + static_cast<long>(t) * d;
+    float* yr = y + static_cast<long>(t) * d;
+    float ss = 0.0f;
+    for (int i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void swiglu(float* gate, const float* up, long count) {
+  for (long i = 0; i < count; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void rope(float* x, int dim, int pos, float theta) {
+  const int half = dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // float32 angle as the reference computes it: pos * theta^(-2i/dim).
+    const float inv_freq =
+        1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float angle = static_cast<float>(pos) * inv_freq;
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+}
+
+float log_sigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std::fabs(x))); }
+
+}  // namespace fpa::cpu

@@ -1,0 +1,21 @@
+// The CPU backend's one threading runtime: OpenMP loops. BLAS runs single-threaded inside them,
+// so the two never compete for the cores.
+#pragma once
+
+namespace fpa::cpu {
+
+// Calls f(i) for i in [0, n) on up to `threads` threads (in the caller when threads <= 1).
+template <class F>
+void parallel_for(int n, int threads, const F& f) {
+  if (threads <= 1 || n <= 1) {
+    for (int i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int i = 0; i < n; ++i) f(i);
+}
+
+// Makes OpenBLAS run in its caller's thread (see parallel_for); call once per process.
+void use_single_threaded_blas();
+
+}  // namespace fpa::cpu

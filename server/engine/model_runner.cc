@@ -1,0 +1,87 @@
+#include "server/engine/model_runner.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+
+namespace fpa {
+
+ModelRunner::ModelRunner(const Model& model, cache::KvCache& cache,
+                         std::unique_ptr<Backend> backend)
+    : model_(model), cache_(cache), backend_(std::move(backend)) {}
+
+absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& policy) {
+  absl::StatusOr<cache::SeqId> seq = cache_.add_sequence(policy);
+  if (seq.ok()) positions_[*seq] = 0;
+  return seq;
+}
+
+absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<float> logits) {
+  std::vector<ForwardItem> items;
+  items.reserve(inputs.size());
+  for (const StepInput& in : inputs) {
+    auto it = positions_.find(in.seq);
+    if (it == positions_.end()) {
+      return absl::NotFoundError(absl::StrCat("model runner: unknown sequence ", in.seq));
+    }
+    items.push_back(ForwardItem{in.seq, in.tokens, it->second});
+  }
+  FPA_RETURN_IF_ERROR(backend_->forward(items, logits));
+  for (const StepInput& in : inputs) positions_[in.seq] += static_cast<int32_t>(in.tokens.size());
+  return absl::OkStatus();
+}
+
+int64_t ModelRunner::pages_needed(std::span<const StepInput> inputs) const {
+  int64_t pages = 0;
+  for (const StepInput& in : inputs) {
+    pages += cache_.pages_needed(in.seq, static_cast<int>(in.tokens.size()));
+  }
+  return pages;
+}
+
+int32_t ModelRunner::position(cache::SeqId seq) const {
+  auto it = positions_.find(seq);
+  return it == positions_.end() ? -1 : it->second;
+}
+
+void ModelRunner::finish(cache::SeqId seq) {
+  cache_.release(seq);
+  positions_.erase(seq);
+}
+
+// The returned tokens are the sampled ones, EOS included when it ended the generation.
+absl::StatusOr<std::vector<int32_t>> ModelRunner::generate(std::span<const int32_t> prompt,
+                                                           const SamplingParams& sampling,
+                                                           int max_new_tokens,
+                                                           const cache::PolicyConfig& policy,
+                                                           int prefill_chunk) {
+  if (prompt.empty() || prefill_chunk <= 0 || max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "generate: needs a non-empty prompt, prefill_chunk > 0 and max_new_tokens >= 0");
+  }
+  absl::StatusOr<cache::SeqId> seq = start(policy);
+  if (!seq.ok()) return seq.status();
+  absl::Cleanup done = [&] { finish(*seq); };
+  std::vector<float> logits(model_.config().vocab_size);
+  for (size_t at = 0; at < prompt.size(); at += prefill_chunk) {
+    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(prefill_chunk));
+    const StepInput in{*seq, prompt.subspan(at, n)};
+    FPA_RETURN_IF_ERROR(step({&in, 1}, logits));
+  }
+  Sampler sampler(sampling);
+  std::vector<int32_t> out;
+  while (static_cast<int>(out.size()) < max_new_tokens) {
+    out.push_back(sampler.sample(logits));
+    if (out.back() == model_.config().eos_id || static_cast<int>(out.size()) == max_new_tokens) {
+      break;
+    }
+    const StepInput in{*seq, {&out.back(), 1}};
+    FPA_RETURN_IF_ERROR(step({&in, 1}, logits));
+  }
+  return out;
+}
+
+}  // namespace fpa

@@ -1,0 +1,219 @@
+// CPU kernels against direct, unoptimised formulas (double precision where it matters).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/field.h"
+#include "kernels/cpu/ops.h"
+
+namespace fpa::cpu {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> randn(size_t n, uint32_t seed, float std = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Ops, LinearMatchesTheDefinition) {
+  for (int n : {1, 5}) {
+    for (int threads : {1, 2}) {
+      const int in = 37, out = 70;
+      const std::vector<float> x = randn(n * in, 1), w = randn(out * in, 2);
+      std::vector<float> y(n * out, 1.0f);
+      linear(x.data(), n, Matrix{w.data(), out, in}, y.data(), threads, /*accumulate=*/true);
+      for (int t = 0; t < n; ++t) {
+        for (int o = 0; o < out; ++o) {
+          double ref = 1.0;
+          for (int i = 0; i < in; ++i) ref += double(x[t * in + i]) * w[o * in + i];
+          EXPECT_NEAR(y[t * out + o], ref, 1e-4) << n << " " << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, RmsNormAndSwiGlu) {
+  const std::vector<float> x = randn(2 * 8, 3), w = randn(8, 4);
+  std::vector<float> y(16);
+  rmsnorm(x.data(), 2, w, 1e-5f, y.data());
+  for (int t = 0; t < 2; ++t) {
+    double ss = 0;
+    for (int i = 0; i < 8; ++i) ss += double(x[t * 8 + i]) * x[t * 8 + i];
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_NEAR(y[t * 8 + i], x[t * 8 + i] / std::sqrt(ss / 8 + 1e-5) * w[i], 1e-5);
+    }
+  }
+  std::vector<float> g = {-2.0f, 0.0f, 3.0f}, u = {1.0f, 5.0f, -1.0f};
+  swiglu(g.data(), u.data(), 3);
+  EXPECT_NEAR(g[0], -2.0 / (1 + std::exp(2.0)), 1e-6);
+  EXPECT_EQ(g[1], 0.0f);
+  EXPECT_NEAR(g[2], -3.0 / (1 + std::exp(-3.0)), 1e-6);
+}
+
+TEST(Ops, RopeIsARelativeRotation) {
+  const std::vector<float> q0 = randn(16, 5), k0 = randn(16, 6);
+  auto dot_at = [&](int pq, int pk) {
+    std::vector<float> q = q0, k = k0;
+    rope(q.data(), 16, pq, 10000.0f);
+    rope(k.data(), 16, pk, 10000.0f);
+    double s = 0;
+    for (int i = 0; i < 16; ++i) s += double(q[i]) * k[i];
+    return s;
+  };
+  EXPECT_NEAR(dot_at(9, 4), dot_at(105, 100), 1e-4);
+  std::vector<float> q = q0;
+  rope(q.data(), 16, 3, 10000.0f);
+  // Pair (0, 8) turns by angle 3 (inv_freq 1).
+  EXPECT_NEAR(q[0], q0[0] * std::cos(3.0) - q0[8] * std::sin(3.0), 1e-5);
+  EXPECT_NEAR(q[8], q0[8] * std::cos(3.0) + q0[0] * std::sin(3.0), 1e-5);
+}
+
+TEST(Field, WalkAndLevels) {
+  // Two heads, three tokens; d_raw and u are [t][h].
+  const std::vector<float> d = {0.5f, -1.0f, -2.0f, 30.0f, 1.0f, -50.0f};
+  const std::vector<float> u = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  float phi[3], lvl[3];
+  field_walk(AttentionKind::kFpa, d.data(), u.data(), 3, 2, 0, 1.0f, phi, lvl);
+  EXPECT_FLOAT_EQ(phi[0], 1.5f);
+  EXPECT_FLOAT_EQ(phi[1], -0.5f);
+  EXPECT_FLOAT_EQ(phi[2], 0.5f);
+  EXPECT_FLOAT_EQ(lvl[2], 1.0f);
+  field_walk(AttentionKind::kFox, d.data(), nullptr, 3, 2, 1, 0.0f, phi, lvl);
+  const double ls1 = -std::log1p(std::exp(1.0)), ls2 = -std::log1p(std::exp(-30.0));
+  EXPECT_NEAR(phi[0], ls1, 1e-6);
+  EXPECT_NEAR(phi[1], ls1 + ls2, 1e-6);
+  EXPECT_NEAR(phi[2], ls1 + ls2 - 50.0, 1e-5);  // logsigmoid(-50) = -50 without overflow
+  EXPECT_EQ(lvl[2], phi[2]);
+}
+
+// Keys in host pages, as the cache would hold them.
+struct Pages {
+  int slots, dim;
+  std::vector<float> k, v, lvl, m, acc;
+  std::vector<int32_t> pos;
+  std::vector<cache::PageView> views;
+  Pages(int pages, int slots, int dim)
+      : slots(slots),
+        dim(dim),
+        k(pages * slots * dim),
+        v(k.size()),
+        lvl(pages * slots),
+        m(lvl.size(), kInf),
+        acc(lvl.size()),
+        pos(lvl.size(), -1) {
+    for (int p = 0; p < pages; ++p) {
+      const int s = p * slots;
+      views.push_back({&k[s * dim], &v[s * dim], &lvl[s], &m[s], &acc[s], &pos[s]});
+    }
+  }
+  void put(int at, int32_t position, const float* kk, const float* vv, float level, float mm) {
+    std::copy_n(kk, dim, &k[at * dim]);
+    std::copy_n(vv, dim, &v[at * dim]);
+    pos[at] = position, lvl[at] = level, m[at] = mm;
+  }
+  CachedKeys keys() const { return {views, slots}; }
+};
+
+// out = softmax_j(q.k_j/sqrt(dim) - beta*max(0, lvl_j - m_j)) v_j over the given keys.
+std::vector<double> direct(const float* q, const std::vector<const float*>& ks,
+                           const std::vector<const float*>& vs, const std::vector<double>& pen,
+                           int dim) {
+  std::vector<double> s(ks.size()), out(dim);
+  double mx = -1e300, z = 0;
+  for (size_t j = 0; j < ks.size(); ++j) {
+    for (int i = 0; i < dim; ++i) s[j] += double(q[i]) * ks[j][i];
+    s[j] = s[j] / std::sqrt(double(dim)) - pen[j];
+    mx = std::max(mx, s[j]);
+  }
+  for (double& x : s) z += x = std::exp(x - mx);
+  for (size_t j = 0; j < ks.size(); ++j)
+    for (int i = 0; i < dim; ++i) out[i] += s[j] / z * vs[j][i];
+  return out;
+}
+
+TEST(Attention, DecodeMatchesTheDefinitionAndUpdatesM) {
+  const int dim = 8, n = 11;
+  const std::vector<float> k = randn(n * dim, 7), v = randn(n * dim, 8), q = randn(dim, 9);
+  const std::vector<float> lvl = randn(n, 10);
+  Pages pages(3, 4, dim);
+  const float phi = -0.3f, beta = 1.7f;
+  std::vector<const float*> ks, vs;
+  std::vector<double> pen;
+  for (int j = 0; j < n; ++j) {  // slots out of position order, with a hole at 5
+    const int at = j < 5 ? j : j + 1;
+    const float m = j == n - 1 ? kInf : 0.1f * j - 0.5f;
+    pages.put(at, j, &k[j * dim], &v[j * dim], lvl[j], m);
+    ks.push_back(&k[j * dim]);
+    vs.push_back(&v[j * dim]);
+    pen.push_back(j == n - 1 ? 0.0 : beta * std::max(0.0f, lvl[j] - std::min(m, phi)));
+  }
+  std::vector<float> out(dim);
+  decode_attention(q.data(), phi, n - 1, beta, dim, pages.keys(), out.data());
+  const std::vector<double> ref = direct(q.data(), ks, vs, pen, dim);
+  for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[i], ref[i], 1e-5);
+  double total = 0;
+  for (int at = 0; at < 12; ++at) {
+    if (pages.pos[at] < 0) continue;
+    total += pages.acc[at];
+    const int j = pages.pos[at];
+    EXPECT_EQ(pages.m[at], j == n - 1 ? kInf : std::min(0.1f * j - 0.5f, phi));
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);
+}
+
+TEST(Attention, PrefillChunkMatchesTheDefinition) {
+  const int dim = 8, old = 5, n = 6, stride = 2 * dim;  // rows hold two heads; we use head 0
+  const std::vector<float> k = randn((old + n) * dim, 11), v = randn(k.size(), 12);
+  const std::vector<float> q = randn(n * stride, 13), ck = randn(n * stride, 14),
+                           cv = randn(n * stride, 15);
+  const std::vector<float> old_lvl = randn(old, 16), old_m = randn(old, 17);
+  const std::vector<float> phi = randn(n, 18), lvl = randn(n, 19);
+  const float beta = 0.8f;
+  Pages pages(2, 4, dim);
+  for (int j = 0; j < old; ++j) pages.put(j, j, &k[j * dim], &v[j * dim], old_lvl[j], old_m[j]);
+  std::vector<float> out(n * stride), acc(n);
+  const Chunk chunk{q.data(), ck.data(), cv.data(), stride, phi.data(), lvl.data(), n};
+  prefill_attention(chunk, beta, dim, pages.keys(), out.data(), acc.data());
+  std::vector<double> total_old(old, 0.0);
+  for (int t = 0; t < n; ++t) {
+    std::vector<const float*> ks, vs;
+    std::vector<double> pen;
+    for (int j = 0; j < old; ++j) {
+      float m = old_m[j];
+      for (int u = 0; u <= t; ++u) m = std::min(m, phi[u]);
+      ks.push_back(&k[j * dim]);
+      vs.push_back(&v[j * dim]);
+      pen.push_back(beta * std::max(0.0f, old_lvl[j] - m));
+    }
+    for (int j = 0; j <= t; ++j) {
+      float m = kInf;
+      for (int u = j + 1; u <= t; ++u) m = std::min(m, phi[u]);
+      ks.push_back(&ck[j * stride]);
+      vs.push_back(&cv[j * stride]);
+      pen.push_back(beta * std::max(0.0f, lvl[j] - m));
+    }
+    const std::vector<double> ref = direct(&q[t * stride], ks, vs, pen, dim);
+    for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[t * stride + i], ref[i], 1e-5) << t;
+  }
+  float min_phi = kInf;
+  for (float p : phi) min_phi = std::min(min_phi, p);
+  double mass = 0;
+  for (int j = 0; j < old; ++j) {
+    EXPECT_EQ(pages.m[j], std::min(old_m[j], min_phi));
+    mass += pages.acc[j];
+  }
+  for (float a : acc) mass += a;
+  EXPECT_NEAR(mass, n, 1e-4);  // every query hands out probability 1
+}
+
+}  // namespace
+}  // namespace fpa::cpu

@@ -1,0 +1,161 @@
+// Model::load on good and deliberately broken model directories: every failure is a clear
+// error naming the file and the tensor, never a crash.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "tests/engine/model_files.h"
+
+namespace fpa {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::ModelFiles;
+using testing::TempDir;
+
+std::string load_error(const ModelFiles& files) {
+  TempDir dir;
+  testing::write_model(dir.path(), files);
+  absl::StatusOr<std::unique_ptr<Model>> m = Model::load(dir.path());
+  return m.ok() ? "OK" : std::string(m.status().message());
+}
+
+TEST(ModelLoad, LoadsEveryKind) {
+  for (auto [kind, levels] :
+       {std::pair{"fpa", "free"}, {"fpa", "tied"}, {"fox", "tied"}, {"softmax", "tied"}}) {
+    TempDir dir;
+    testing::write_model(dir.path(), testing::random_model(kind, levels, 1));
+    absl::StatusOr<std::unique_ptr<Model>> m = Model::load(dir.path());
+    ASSERT_TRUE(m.ok()) << kind << ": " << m.status();
+    const ModelConfig& c = (*m)->config();
+    EXPECT_EQ(c.n_layers, 2);
+    EXPECT_EQ((*m)->layers().size(), 2u);
+    EXPECT_EQ((*m)->lm_head().data, (*m)->embed().data);  // tied embeddings
+    EXPECT_EQ(c.free_levels, std::string(kind) == "fpa" && std::string(levels) == "free");
+    EXPECT_EQ((*m)->layers()[0].level_w.data != nullptr, c.free_levels);
+  }
+}
+
+TEST(ModelLoad, BetaFollowsTheKind) {
+  ModelFiles f = testing::random_model("fpa", "tied", 2);
+  f.tensors["layers.0.attn.beta_raw"] = testing::f32_tensor({4}, {0.0f, 1.0f, -30.0f, 25.0f});
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  auto m = Model::load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<float>& beta = (*m)->layers()[0].beta;
+  EXPECT_NEAR(beta[0], std::log(2.0f), 1e-6);
+  EXPECT_NEAR(beta[1], std::log1p(std::exp(1.0f)), 1e-6);
+  EXPECT_NEAR(beta[2], 0.0f, 1e-12);
+  EXPECT_EQ(beta[3], 25.0f);  // linear above 20, as torch's softplus
+  for (const char* kind : {"fox", "softmax"}) {
+    TempDir d2;
+    testing::write_model(d2.path(), testing::random_model(kind, "tied", 3));
+    auto m2 = Model::load(d2.path());
+    ASSERT_TRUE(m2.ok()) << m2.status();
+    EXPECT_EQ((*m2)->layers()[1].beta[0], std::string(kind) == "fox" ? 1.0f : 0.0f);
+  }
+}
+
+TEST(ModelLoad, MissingTensorIsNamed) {
+  ModelFiles f = testing::random_model("fpa", "free", 1);
+  f.tensors.erase("layers.1.attn.level_w");
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("model.safetensors"),
+                                   HasSubstr("missing tensor 'layers.1.attn.level_w'")));
+}
+
+TEST(ModelLoad, WrongShapeIsNamed) {
+  ModelFiles f = testing::random_model("fpa", "tied", 1);
+  f.tensors["layers.0.mlp.w_up"] = testing::f32_tensor({48, 31}, std::vector<float>(48 * 31));
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'layers.0.mlp.w_up'"), HasSubstr("[48, 31]"),
+                                   HasSubstr("expected [48, 32]")));
+}
+
+TEST(ModelLoad, WrongDtypeIsNamed) {
+  ModelFiles f = testing::random_model("fox", "tied", 1);
+  f.tensors["final_norm.weight"].dtype = "I32";
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'final_norm.weight'"), HasSubstr("dtype I32")));
+  f.tensors["final_norm.weight"].dtype = "Q4";
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'final_norm.weight'"), HasSubstr("Q4")));
+}
+
+TEST(ModelLoad, ExtraTensorIsNamed) {
+  ModelFiles f = testing::random_model("softmax", "tied", 1);
+  f.tensors["layers.0.attn.beta_raw"] = testing::f32_tensor({4}, {0, 0, 0, 0});
+  EXPECT_THAT(load_error(f), HasSubstr("unexpected tensor 'layers.0.attn.beta_raw'"));
+}
+
+TEST(ModelLoad, TruncatedDataIsNamed) {
+  const ModelFiles f = testing::random_model("fpa", "free", 1);
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  testing::write_safetensors(dir.path() + "/model.safetensors", f.tensors, /*drop=*/10);
+  auto m = Model::load(dir.path());
+  ASSERT_FALSE(m.ok());
+  // Tensors are laid out by name: the last one is the first to run past the end.
+  EXPECT_THAT(std::string(m.status().message()),
+              AllOf(HasSubstr("'layers.1.mlp_norm.weight'"), HasSubstr("truncated")));
+}
+
+TEST(ModelLoad, CorruptHeaderIsAnError) {
+  TempDir dir;
+  testing::write_model(dir.path(), testing::random_model("fpa", "tied", 1));
+  const std::string path = dir.path() + "/model.safetensors";
+  for (const std::string& blob :
+       {std::string("abc"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}",
+        std::string("\x04\0\0\0\0\0\0\0{{{{", 12),
+        std::string("\x2a\0\0\0\0\0\0\0{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}     ", 50)}) {
+    std::ofstream(path, std::ios::binary) << blob;
+    auto m = Model::load(dir.path());
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(path));
+  }
+}
+
+TEST(ModelLoad, BadConfigIsNamed) {
+  ModelFiles f = testing::random_model("fpa", "tied", 1);
+  f.config["attention"] = "mamba";
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("config.json"), HasSubstr("'mamba'")));
+  f = testing::random_model("fpa", "tied", 1);
+  f.config["d_model"] = "wide";
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("config.json"), HasSubstr("'d_model'")));
+  f.config.erase("d_model");
+  EXPECT_THAT(load_error(f), HasSubstr("'d_model' is missing"));
+
+  TempDir dir;
+  testing::write_model(dir.path(), testing::random_model("fpa", "tied", 1));
+  std::ofstream(dir.path() + "/config.json") << "{\"format\": \"fpa-serve/1\", ";
+  auto m = Model::load(dir.path());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("not a valid JSON object"));
+  EXPECT_FALSE(Model::load(dir.path() + "/nope").ok());
+}
+
+TEST(ModelLoad, HalfPrecisionIsConverted) {
+  ModelFiles f = testing::random_model("fpa", "tied", 1);
+  // 1.0, -2.0, 0.5 and a subnormal (2^-24) as F16; 1.0, -3.0 as BF16 (padded to 4 values).
+  const uint16_t f16[4] = {0x3c00, 0xc000, 0x3800, 0x0001};
+  f.tensors["layers.0.attn.field_b"] = {
+      "F16", {4}, std::string(reinterpret_cast<const char*>(f16), 8)};
+  const uint16_t bf16[4] = {0x3f80, 0xc040, 0x0000, 0x3f80};
+  f.tensors["layers.0.attn.beta_raw"] = {
+      "BF16", {4}, std::string(reinterpret_cast<const char*>(bf16), 8)};
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  auto m = Model::load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::span<const float> b = (*m)->layers()[0].field_b;
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], -2.0f);
+  EXPECT_EQ(b[2], 0.5f);
+  EXPECT_EQ(b[3], std::ldexp(1.0f, -24));
+  EXPECT_NEAR((*m)->layers()[0].beta[1], std::log1p(std::exp(-3.0f)), 1e-6);
+}
+
+}  // namespace
+}  // namespace fpa
