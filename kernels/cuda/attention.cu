@@ -1,0 +1,407 @@
+// Paged FPA attention (../../shared/FPA.md sections 1-4) and the page-pool updates.
+//
+// A warp computes one (row, head, split): its lanes take 32 keys at a time (one key each for the
+// dot product and the penalty), fold them into an online softmax, and share the value rows
+// lane-per-dimension. The row's own chunk keys are walked backwards from the diagonal in tiles
+// of 32 with the three-part minimum of section 4: a within-tile suffix minimum (a warp scan), the
+// minimum carried from the tiles already walked, and, for cached keys, the chunk's prefix minimum.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/device_kernels.h"
+
+namespace fpa::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kWarp = 32;
+constexpr int kMaxPerLane = kMaxHeadDim / kWarp;
+constexpr int kWarpsPerBlock = 4;
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void from_float(float x, float* out) { *out = x; }
+__device__ __forceinline__ void from_float(float x, __nv_bfloat16* out) {
+  *out = __float2bfloat16(x);
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, o));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(kFull, x, o);
+  return x;
+}
+
+template <typename T>
+__device__ __forceinline__ float dot_row(const T* k, const float* q, int head_dim) {
+  float s = 0.0f;
+  for (int d = 0; d < head_dim; ++d) s += to_float(k[d]) * q[d];
+  return s;
+}
+
+// Online softmax state of one warp; lane owns dimensions lane, lane + 32, ...
+struct Softmax {
+  float max = -INFINITY;
+  float sum = 0.0f;
+  float acc[kMaxPerLane];
+};
+
+// Folds one tile: each lane offers one key with score `s` and value row `v` (when `live`).
+template <typename T>
+__device__ void fold_tile(Softmax& st, bool live, float s, const T* v, int head_dim, int lane) {
+  const float tile_max = warp_max(live ? s : -INFINITY);
+  if (tile_max == -INFINITY) return;  // uniform across the warp
+  const float new_max = fmaxf(st.max, tile_max);
+  const float scale = expf(st.max - new_max);  // 0 while st.max is -inf
+  const float p = live ? expf(s - new_max) : 0.0f;
+  st.sum = st.sum * scale + warp_sum(p);
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; ++e) st.acc[e] *= scale;
+  for (int j = 0; j < kWarp; ++j) {
+    const float pj = __shfl_sync(kFull, p, j);
+    const auto vj =
+        reinterpret_cast<const T*>(__shfl_sync(kFull, reinterpret_cast<unsigned long long>(v), j));
+    if (pj == 0.0f) continue;  // uniform: pj is the same on every lane
+#pragma unroll
+    for (int e = 0; e < kMaxPerLane; ++e) {
+      const int d = lane + e * kWarp;
+      if (d < head_dim) st.acc[e] += pj * to_float(vj[d]);
+    }
+  }
+  st.max = new_max;
+}
+
+struct Task {
+  int row, head, split, item, head_dim, n_heads, qkv_stride;
+  float beta, thr;
+  const float* q;  // the warp's scaled query in shared memory
+};
+
+// The row's own chunk: keys at positions item_pos0 .. pos (rows item_row0 ..), walked backwards.
+__device__ void attend_chunk(const AttentionArgs& a, const Task& t, Softmax& st, int lane) {
+  const int row0 = a.item_row0[t.item];
+  const int attn_width = t.n_heads * t.head_dim;
+  float carried = INFINITY;  // min phi over (j1, row]
+  for (int j1 = t.row; j1 >= row0; j1 -= kWarp) {
+    const int j = j1 - lane;
+    bool live = j >= row0;
+    const float x = live ? a.phi[j * t.n_heads + t.head] : INFINITY;
+    float incl = x;  // min of x over lanes 0..lane, i.e. phi over [j, j1]
+    for (int o = 1; o < kWarp; o <<= 1) {
+      const float y = __shfl_up_sync(kFull, incl, o);
+      if (lane >= o) incl = fminf(incl, y);
+    }
+    float excl = __shfl_up_sync(kFull, incl, 1);  // phi over (j, j1]
+    if (lane == 0) excl = INFINITY;
+    float s = -INFINITY;
+    const float* v = nullptr;
+    if (live) {
+      const float diff = a.lvl[j * t.n_heads + t.head] - fminf(excl, carried);
+      live = !(diff >= t.thr);
+      if (live) {
+        const float* k =
+            a.qkv + static_cast<size_t>(j) * t.qkv_stride + attn_width + t.head * t.head_dim;
+        s = dot_row(k, t.q, t.head_dim) - t.beta * fmaxf(0.0f, diff);
+        v = k + attn_width;
+      }
+    }
+    fold_tile(st, live, s, v, t.head_dim, lane);
+    carried = fminf(carried, __shfl_sync(kFull, incl, kWarp - 1));
+  }
+}
+
+// This split's share of the sequence's cached pages (as they were before this step).
+template <typename T>
+__device__ void attend_cached(const AttentionArgs& a, const PoolView& pool, const Task& t,
+                              Softmax& st, int lane) {
+  const int stream = t.item * t.n_heads + t.head;
+  const int count = a.page_cnt[stream];
+  const int per_split = (count + a.splits - 1) / a.splits;
+  const int first = min(count, t.split * per_split) * pool.page_slots;
+  const int end = min(count, (t.split + 1) * per_split) * pool.page_slots;
+  const int32_t* table = a.page_ids + a.page_off[stream];
+  const int pos0 = a.item_pos0[t.item];
+  const float cmin = a.cmin[t.row * t.n_heads + t.head];  // phi over [pos0, row]
+  const bool in_place = a.item_len[t.item] == 1;
+  const T* keys = static_cast<const T*>(pool.k);
+  const T* values = static_cast<const T*>(pool.v);
+  for (int base = first; base < end; base += kWarp) {
+    const int idx = base + lane;
+    bool live = idx < end;
+    float s = -INFINITY;
+    const T* v = nullptr;
+    if (live) {
+      const size_t slot = static_cast<size_t>(table[idx / pool.page_slots]) * pool.page_slots +
+                          idx % pool.page_slots;
+      const int32_t pos = pool.pos[slot];
+      live = pos >= 0 && pos < pos0;
+      if (live) {
+        const float m = fminf(pool.m[slot], cmin);
+        const float diff = pool.lvl[slot] - m;
+        live = !(diff >= t.thr);
+        if (in_place) {  // the only reader of this slot in this step
+          pool.m[slot] = m;
+          if (!live) pool.pos[slot] = -1;
+        }
+        if (live) {
+          s = dot_row(keys + slot * t.head_dim, t.q, t.head_dim) - t.beta * fmaxf(0.0f, diff);
+          v = values + slot * t.head_dim;
+        }
+      }
+    }
+    fold_tile(st, live, s, v, t.head_dim, lane);
+  }
+}
+
+template <typename T>
+__global__ void attention_kernel(AttentionArgs a, PoolView pool) {
+  __shared__ float q_shared[kWarpsPerBlock][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int task = blockIdx.x * kWarpsPerBlock + warp;
+  if (task >= a.rows * a.n_heads * a.splits) return;  // whole warps only
+  Task t;
+  t.split = task % a.splits;
+  t.head = task / a.splits % a.n_heads;
+  t.row = task / a.splits / a.n_heads;
+  t.item = a.row_item[t.row];
+  t.head_dim = pool.head_dim;
+  t.n_heads = a.n_heads;
+  t.qkv_stride = a.qkv_stride;
+  t.beta = a.beta[t.head];
+  t.thr = a.thr[t.item * a.n_heads + t.head];
+  const float scale = rsqrtf(static_cast<float>(t.head_dim));
+  const float* q = a.qkv + static_cast<size_t>(t.row) * t.qkv_stride + t.head * t.head_dim;
+  for (int d = lane; d < t.head_dim; d += kWarp) q_shared[warp][d] = q[d] * scale;
+  __syncwarp();
+  t.q = q_shared[warp];
+
+  Softmax st;
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; ++e) st.acc[e] = 0.0f;
+  if (t.split == 0) attend_chunk(a, t, st, lane);
+  attend_cached<T>(a, pool, t, st, lane);
+
+  float* out = a.partial + static_cast<size_t>(task) * (t.head_dim + 2);
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; ++e) {
+    const int d = lane + e * kWarp;
+    if (d < t.head_dim) out[d] = st.acc[e];
+  }
+  if (lane == 0) {
+    out[t.head_dim] = st.max;
+    out[t.head_dim + 1] = st.sum;
+  }
+}
+
+// One warp per (row, head): merges the splits' partial softmax states.
+__global__ void combine_kernel(AttentionArgs a, int head_dim) {
+  const int lane = threadIdx.x % kWarp;
+  const int rh = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (rh >= a.rows * a.n_heads) return;
+  const size_t stride = head_dim + 2;
+  const float* part = a.partial + static_cast<size_t>(rh) * a.splits * stride;
+  float max = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) max = fmaxf(max, part[s * stride + head_dim]);
+  float sum = 0.0f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float m = part[s * stride + head_dim];
+    if (m != -INFINITY) sum += part[s * stride + head_dim + 1] * expf(m - max);
+  }
+  const int row = rh / a.n_heads;
+  const int head = rh % a.n_heads;
+  float* out = a.out + static_cast<size_t>(row) * a.n_heads * head_dim + head * head_dim;
+  for (int d = lane; d < head_dim; d += kWarp) {
+    float acc = 0.0f;
+    for (int s = 0; s < a.splits; ++s) {
+      const float m = part[s * stride + head_dim];
+      if (m != -INFINITY) acc += part[s * stride + d] * expf(m - max);
+    }
+    out[d] = acc / sum;
+  }
+}
+
+// Prompt chunks: after attention, the cached keys see the chunk's minimum phi (one block per
+// (item, head)); keys it kills are marked free, as evict_for_chunk frees them on the host.
+__global__ void commit_chunk_kernel(AttentionArgs a, PoolView pool) {
+  const int item = blockIdx.x / a.n_heads;
+  const int head = blockIdx.x % a.n_heads;
+  const int len = a.item_len[item];
+  if (len == 1) return;  // done in place by the attention kernel
+  const int stream = item * a.n_heads + head;
+  const int last_row = a.item_row0[item] + len - 1;
+  const float chunk_min = a.cmin[last_row * a.n_heads + head];
+  const float thr = a.thr[stream];
+  const int pos0 = a.item_pos0[item];
+  const int32_t* table = a.page_ids + a.page_off[stream];
+  const int n = a.page_cnt[stream] * pool.page_slots;
+  for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
+    const size_t slot =
+        static_cast<size_t>(table[idx / pool.page_slots]) * pool.page_slots + idx % pool.page_slots;
+    const int32_t pos = pool.pos[slot];
+    if (pos < 0 || pos >= pos0) continue;
+    const float m = fminf(pool.m[slot], chunk_min);
+    pool.m[slot] = m;
+    if (pool.lvl[slot] - m >= thr) pool.pos[slot] = -1;
+  }
+}
+
+template <typename T>
+cudaError_t launch_attention_typed(const AttentionArgs& a, const PoolView& pool,
+                                   cudaStream_t stream) {
+  const int threads = kWarpsPerBlock * kWarp;
+  const int tasks = a.rows * a.n_heads * a.splits;
+  attention_kernel<T>
+      <<<(tasks + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(a, pool);
+  const int pairs = a.rows * a.n_heads;
+  combine_kernel<<<(pairs + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(
+      a, pool.head_dim);
+  commit_chunk_kernel<<<a.items * a.n_heads, 256, 0, stream>>>(a, pool);
+  return cudaGetLastError();
+}
+
+// Resets, then writes, then moves: each a separate launch so that stream order sequences them.
+__global__ void reset_pages_kernel(PoolView pool, const int32_t* pages, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * pool.page_slots) return;
+  pool.pos[static_cast<size_t>(pages[i / pool.page_slots]) * pool.page_slots +
+           i % pool.page_slots] = -1;
+}
+
+template <typename T>
+__global__ void write_keys_kernel(PoolView pool, const KeyWrite* writes, const float* qkv,
+                                  int qkv_stride, int n_heads) {
+  const KeyWrite w = writes[blockIdx.x];
+  const int attn_width = n_heads * pool.head_dim;
+  const float* k =
+      qkv + static_cast<size_t>(w.row) * qkv_stride + attn_width + w.head * pool.head_dim;
+  const float* v = k + attn_width;
+  T* kd = static_cast<T*>(pool.k) + static_cast<size_t>(w.slot_index) * pool.head_dim;
+  T* vd = static_cast<T*>(pool.v) + static_cast<size_t>(w.slot_index) * pool.head_dim;
+  for (int d = threadIdx.x; d < pool.head_dim; d += blockDim.x) {
+    from_float(k[d], kd + d);
+    from_float(v[d], vd + d);
+  }
+  if (threadIdx.x == 0) {
+    pool.lvl[w.slot_index] = w.lvl;
+    pool.m[w.slot_index] = w.m;
+    pool.pos[w.slot_index] = w.pos;
+  }
+}
+
+// Moves depend on each other (a slot freed by one may be filled by the next): one block, in order.
+template <typename T>
+__global__ void move_slots_kernel(PoolView pool, const SlotMove* moves, int n) {
+  T* k = static_cast<T*>(pool.k);
+  T* v = static_cast<T*>(pool.v);
+  for (int i = 0; i < n; ++i) {
+    const size_t from = moves[i].from;
+    const size_t to = moves[i].to;
+    for (int d = threadIdx.x; d < pool.head_dim; d += blockDim.x) {
+      k[to * pool.head_dim + d] = k[from * pool.head_dim + d];
+      v[to * pool.head_dim + d] = v[from * pool.head_dim + d];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      pool.lvl[to] = pool.lvl[from];
+      pool.m[to] = pool.m[from];
+      pool.pos[to] = pool.pos[from];
+      pool.pos[from] = -1;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+cudaError_t launch_pool_update_typed(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                                     const KeyWrite* writes, int n_writes, const SlotMove* moves,
+                                     int n_moves, const float* qkv, int qkv_stride, int n_heads,
+                                     cudaStream_t stream) {
+  if (n_resets > 0) {
+    const int n = n_resets * pool.page_slots;
+    reset_pages_kernel<<<(n + 255) / 256, 256, 0, stream>>>(pool, reset_pages, n_resets);
+  }
+  if (n_writes > 0) {
+    write_keys_kernel<T><<<n_writes, 64, 0, stream>>>(pool, writes, qkv, qkv_stride, n_heads);
+  }
+  if (n_moves > 0) move_slots_kernel<T><<<1, 128, 0, stream>>>(pool, moves, n_moves);
+  return cudaGetLastError();
+}
+
+__device__ __forceinline__ float hash_uniform(uint32_t x) {  // in [-1, 1)
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+template <typename T>
+__global__ void synthetic_writes_kernel(PoolView pool, const KeyWrite* writes, uint32_t seed) {
+  const KeyWrite w = writes[blockIdx.x];
+  T* k = static_cast<T*>(pool.k) + static_cast<size_t>(w.slot_index) * pool.head_dim;
+  T* v = static_cast<T*>(pool.v) + static_cast<size_t>(w.slot_index) * pool.head_dim;
+  for (int d = threadIdx.x; d < pool.head_dim; d += blockDim.x) {
+    const uint32_t key = seed ^ (static_cast<uint32_t>(w.slot_index) * 2654435761u) ^
+                         static_cast<uint32_t>(d) * 40503u;
+    from_float(hash_uniform(key), k + d);
+    from_float(hash_uniform(key ^ 0x5bd1e995u), v + d);
+  }
+  if (threadIdx.x == 0) {
+    pool.lvl[w.slot_index] = w.lvl;
+    pool.m[w.slot_index] = w.m;
+    pool.pos[w.slot_index] = w.pos;
+  }
+}
+
+__global__ void gather_pos_kernel(PoolView pool, const int32_t* pages, int n, int32_t* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * pool.page_slots) return;
+  out[i] = pool.pos[static_cast<size_t>(pages[i / pool.page_slots]) * pool.page_slots +
+                    i % pool.page_slots];
+}
+
+}  // namespace
+
+cudaError_t launch_attention(const AttentionArgs& args, const PoolView& pool, cudaStream_t stream) {
+  if (args.rows == 0) return cudaSuccess;
+  return pool.type == KvType::kBf16 ? launch_attention_typed<__nv_bfloat16>(args, pool, stream)
+                                    : launch_attention_typed<float>(args, pool, stream);
+}
+
+cudaError_t launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                               const KeyWrite* writes, int n_writes, const SlotMove* moves,
+                               int n_moves, const float* qkv, int qkv_stride, int n_heads,
+                               cudaStream_t stream) {
+  return pool.type == KvType::kBf16
+             ? launch_pool_update_typed<__nv_bfloat16>(pool, reset_pages, n_resets, writes,
+                                                       n_writes, moves, n_moves, qkv, qkv_stride,
+                                                       n_heads, stream)
+             : launch_pool_update_typed<float>(pool, reset_pages, n_resets, writes, n_writes, moves,
+                                               n_moves, qkv, qkv_stride, n_heads, stream);
+}
+
+cudaError_t launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages, int32_t* out,
+                              cudaStream_t stream) {
+  const int n = n_pages * pool.page_slots;
+  if (n == 0) return cudaSuccess;
+  gather_pos_kernel<<<(n + 255) / 256, 256, 0, stream>>>(pool, pages, n_pages, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_synthetic_writes(const PoolView& pool, const KeyWrite* writes, int n_writes,
+                                    uint32_t seed, cudaStream_t stream) {
+  if (n_writes == 0) return cudaSuccess;
+  if (pool.type == KvType::kBf16) {
+    synthetic_writes_kernel<__nv_bfloat16><<<n_writes, 64, 0, stream>>>(pool, writes, seed);
+  } else {
+    synthetic_writes_kernel<float><<<n_writes, 64, 0, stream>>>(pool, writes, seed);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fpa::cuda

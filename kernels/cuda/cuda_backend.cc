@@ -1,0 +1,456 @@
+// The CUDA Backend: per layer, cuBLAS projections, the field walk, paged attention, then the host
+// cache's eviction and insertion (step_plan.cc) mirrored into the device page pool.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/step_plan.h"
+#include "model/status_macros.h"
+
+namespace fpa {
+namespace {
+
+using cuda::cuda_status;
+using cuda::DeviceBuffer;
+using cuda::upload;
+
+// Warps the attention kernel aims for, and the fewest keys worth a split of their own.
+constexpr int kTargetWarps = 8192;
+constexpr int kMinKeysPerSplit = 64;
+
+// Page-locked host memory, so that field values come back while attention runs.
+class PinnedFloats {
+ public:
+  ~PinnedFloats() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  absl::Status reserve(size_t n) {
+    if (n <= size_) return absl::OkStatus();
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    size_ = 0;
+    FPA_RETURN_IF_ERROR(cuda_status(
+        cudaMallocHost(reinterpret_cast<void**>(&ptr_), n * sizeof(float)), "cudaMallocHost"));
+    size_ = n;
+    return absl::OkStatus();
+  }
+  float* data() const { return ptr_; }
+
+ private:
+  float* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Grow-only device scratch of one forward call.
+struct Scratch {
+  DeviceBuffer tokens, row_item, row_pos, item_row0, item_len, item_pos0, out_rows;
+  DeviceBuffer h, x, qkv, fl, attn, gate_up, act;
+  DeviceBuffer phi, lvl, cmin, smin, phi_prev, thr;
+  DeviceBuffer page_ids, page_off, page_cnt, partial;
+  DeviceBuffer resets, writes, moves;
+  DeviceBuffer x_out, logits;
+  PinnedFloats field_host;  // phi | lvl | cmin | smin
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(const Model& model, cache::KvCache& cache, const CudaOptions& options)
+      : model_(model), cache_(cache), options_(options) {}
+  ~CudaBackendImpl() override {
+    if (field_ready_) cudaEventDestroy(field_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status init();
+  std::string_view name() const override { return "cuda"; }
+  absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+                       ForwardTrace* trace) override;
+  absl::StatusOr<std::vector<int32_t>> live_positions(cache::SeqId seq, int layer,
+                                                      int head) override;
+  absl::Status append_synthetic_keys(cache::SeqId seq, int32_t start_pos, int n_tokens,
+                                     float phi_step, int keep_last) override;
+
+ private:
+  int attn_width() const { return cfg().n_heads * cfg().head_dim; }
+  const ModelConfig& cfg() const { return model_.config(); }
+  absl::Status reserve_rows(const cuda::BatchLayout& layout, int items);
+  absl::Status upload_layout(const cuda::BatchLayout& layout);
+  absl::Status attention_block(int layer, std::span<const ForwardItem> items,
+                               const cuda::BatchLayout& layout);
+  absl::Status field_walk(int layer, std::span<const ForwardItem> items,
+                          const cuda::BatchLayout& layout);
+  absl::Status attend(int layer, std::span<const ForwardItem> items,
+                      const cuda::BatchLayout& layout);
+  absl::Status mirror_update(const cuda::LayerUpdate& update);
+  absl::Status mlp_block(int layer, int rows);
+  absl::Status final_logits(const cuda::BatchLayout& layout, std::span<float> logits);
+
+  const Model& model_;
+  cache::KvCache& cache_;
+  CudaOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t field_ready_ = nullptr;
+  cuda::Gemm gemm_;
+  cuda::DeviceWeights weights_;
+  DeviceBuffer pool_memory_;
+  cuda::PoolView pool_;
+  Scratch s_;
+};
+
+absl::Status CudaBackendImpl::init() {
+  FPA_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+  FPA_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&field_ready_, cudaEventDisableTiming),
+                                  "cudaEventCreate"));
+  FPA_RETURN_IF_ERROR(gemm_.init(stream_));
+  FPA_RETURN_IF_ERROR(weights_.upload(model_, options_.half_precision, stream_));
+
+  // The whole page pool in one allocation: k | v | lvl | m | pos, indexed by slot.
+  const cache::CacheShape& shape = cache_.shape();
+  const size_t slots = static_cast<size_t>(cache_.stats().pages_total) * shape.page_slots;
+  const size_t elem = options_.half_precision ? 2 : 4;
+  const size_t kv_bytes = slots * shape.head_dim * elem;
+  FPA_RETURN_IF_ERROR(pool_memory_.reserve(2 * kv_bytes + 3 * slots * 4));
+  char* base = pool_memory_.as<char>();
+  pool_.k = base;
+  pool_.v = base + kv_bytes;
+  pool_.lvl = reinterpret_cast<float*>(base + 2 * kv_bytes);
+  pool_.m = pool_.lvl + slots;
+  pool_.pos = reinterpret_cast<int32_t*>(pool_.m + slots);
+  pool_.page_slots = shape.page_slots;
+  pool_.head_dim = shape.head_dim;
+  pool_.type = options_.half_precision ? cuda::KvType::kBf16 : cuda::KvType::kF32;
+  // Every slot starts free (all bytes 0xff: pos -1).
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cudaMemsetAsync(pool_.pos, 0xff, slots * 4, stream_), "pool init"));
+  return cuda_status(cudaStreamSynchronize(stream_), "pool init");
+}
+
+absl::Status CudaBackendImpl::reserve_rows(const cuda::BatchLayout& layout, int items) {
+  const size_t rows = layout.rows;
+  const size_t d = cfg().d_model;
+  const size_t heads = cfg().n_heads;
+  FPA_RETURN_IF_ERROR(s_.h.reserve(rows * d * 4));
+  FPA_RETURN_IF_ERROR(s_.x.reserve(rows * d * 4));
+  FPA_RETURN_IF_ERROR(s_.qkv.reserve(rows * 3 * attn_width() * 4));
+  FPA_RETURN_IF_ERROR(s_.fl.reserve(rows * 2 * heads * 4));
+  FPA_RETURN_IF_ERROR(s_.attn.reserve(rows * attn_width() * 4));
+  FPA_RETURN_IF_ERROR(s_.gate_up.reserve(rows * 2 * cfg().d_ff * 4));
+  FPA_RETURN_IF_ERROR(s_.act.reserve(rows * cfg().d_ff * 4));
+  for (DeviceBuffer* b : {&s_.phi, &s_.lvl, &s_.cmin, &s_.smin}) {
+    FPA_RETURN_IF_ERROR(b->reserve(rows * heads * 4));
+  }
+  FPA_RETURN_IF_ERROR(s_.phi_prev.reserve(items * heads * 4));
+  FPA_RETURN_IF_ERROR(s_.field_host.reserve(4 * rows * heads));
+  const size_t out_rows = layout.out_rows.size();
+  FPA_RETURN_IF_ERROR(s_.x_out.reserve(out_rows * d * 4));
+  return s_.logits.reserve(out_rows * cfg().vocab_size * 4);
+}
+
+absl::Status CudaBackendImpl::upload_layout(const cuda::BatchLayout& layout) {
+  FPA_RETURN_IF_ERROR(upload(s_.tokens, layout.tokens.data(), layout.tokens.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.row_item, layout.row_item.data(), layout.row_item.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.row_pos, layout.row_pos.data(), layout.row_pos.size(), stream_));
+  FPA_RETURN_IF_ERROR(
+      upload(s_.item_row0, layout.item_row0.data(), layout.item_row0.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.item_len, layout.item_len.data(), layout.item_len.size(), stream_));
+  FPA_RETURN_IF_ERROR(
+      upload(s_.item_pos0, layout.item_pos0.data(), layout.item_pos0.size(), stream_));
+  return upload(s_.out_rows, layout.out_rows.data(), layout.out_rows.size(), stream_);
+}
+
+absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::span<float> logits,
+                                      ForwardTrace* trace) {
+  const bool all_logits = trace && trace->all_logits;
+  const cuda::ModelDims dims{cfg().vocab_size, cfg().n_layers, cfg().n_heads, cfg().head_dim};
+  absl::StatusOr<cuda::BatchLayout> layout =
+      cuda::plan_batch(items, logits.size(), all_logits, dims, cache_);
+  if (!layout.ok()) return layout.status();
+  if (layout->rows == 0) return absl::OkStatus();
+  FPA_RETURN_IF_ERROR(reserve_rows(*layout, static_cast<int>(items.size())));
+  FPA_RETURN_IF_ERROR(upload_layout(*layout));
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout->rows,
+                                     cfg().d_model, s_.h.as<float>(), stream_),
+                  "embed"));
+  if (trace && trace->layer_outputs) trace->layer_outputs->assign(cfg().n_layers, {});
+  for (int l = 0; l < cfg().n_layers; ++l) {
+    FPA_RETURN_IF_ERROR(attention_block(l, items, *layout));
+    FPA_RETURN_IF_ERROR(mlp_block(l, layout->rows));
+    if (trace && trace->layer_outputs) {
+      std::vector<float>& out = (*trace->layer_outputs)[l];
+      out.resize(static_cast<size_t>(layout->rows) * cfg().d_model);
+      FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(out.data(), s_.h.as<float>(), out.size() * 4,
+                                                      cudaMemcpyDeviceToHost, stream_),
+                                      "layer output"));
+    }
+  }
+  return final_logits(*layout, logits);
+}
+
+absl::Status CudaBackendImpl::attention_block(int layer, std::span<const ForwardItem> items,
+                                              const cuda::BatchLayout& layout) {
+  const cuda::DeviceLayer& w = weights_.layers()[layer];
+  const int rows = layout.rows;
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.attn_norm, rows, cfg().d_model,
+                                       cfg().norm_eps, s_.x.as<float>(), stream_),
+                  "attn rmsnorm"));
+  FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, s_.qkv.as<float>()));
+  if (cfg().attention == AttentionKind::kSoftmax && cfg().rope_theta > 0.0f) {
+    FPA_RETURN_IF_ERROR(cuda_status(
+        cuda::launch_rope(s_.qkv.as<float>(), 3 * attn_width(), rows, cfg().n_heads, cfg().head_dim,
+                          s_.row_pos.as<int32_t>(), cfg().rope_theta, stream_),
+        "rope"));
+  }
+  FPA_RETURN_IF_ERROR(field_walk(layer, items, layout));
+  FPA_RETURN_IF_ERROR(attend(layer, items, layout));
+  return gemm_.linear(w.wo, s_.attn.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
+}
+
+// phi, lvl and the chunk minima on the device, then copied back for the host's eviction.
+absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem> items,
+                                         const cuda::BatchLayout& layout) {
+  const cuda::DeviceLayer& w = weights_.layers()[layer];
+  const int heads = cfg().n_heads;
+  std::vector<float> phi_prev;
+  phi_prev.reserve(items.size() * heads);
+  for (const ForwardItem& item : items) {
+    for (int h = 0; h < heads; ++h) phi_prev.push_back(cache_.last_phi(item.seq, layer, h));
+  }
+  FPA_RETURN_IF_ERROR(upload(s_.phi_prev, phi_prev.data(), phi_prev.size(), stream_));
+  cuda::FieldArgs f;
+  if (w.field.data) {
+    FPA_RETURN_IF_ERROR(gemm_.linear(w.field, s_.x.as<float>(), layout.rows, s_.fl.as<float>()));
+    f.fl = s_.fl.as<float>();
+    f.fl_stride = w.field.rows;
+  }
+  f.field_b = w.field_b;
+  f.level_b = w.level_b;
+  f.fox = cfg().attention == AttentionKind::kFox;
+  f.phi_prev = s_.phi_prev.as<float>();
+  f.item_row0 = s_.item_row0.as<int32_t>();
+  f.item_len = s_.item_len.as<int32_t>();
+  f.items = static_cast<int>(items.size());
+  f.n_heads = heads;
+  f.phi = s_.phi.as<float>();
+  f.lvl = s_.lvl.as<float>();
+  f.cmin = s_.cmin.as<float>();
+  f.smin = s_.smin.as<float>();
+  FPA_RETURN_IF_ERROR(cuda_status(cuda::launch_field(f, stream_), "field"));
+  const size_t n = static_cast<size_t>(layout.rows) * heads;
+  float* host = s_.field_host.data();
+  const float* parts[] = {f.phi, f.lvl, f.cmin, f.smin};
+  for (int i = 0; i < 4; ++i) {
+    FPA_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(host + i * n, parts[i], n * 4, cudaMemcpyDeviceToHost, stream_),
+                    "field copy"));
+  }
+  return cuda_status(cudaEventRecord(field_ready_, stream_), "field event");
+}
+
+absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> items,
+                                     const cuda::BatchLayout& layout) {
+  const int heads = cfg().n_heads;
+  const std::vector<float>& beta = model_.layers()[layer].beta;
+  const std::vector<float> thr = cuda::eviction_thresholds(items, beta, cache_);
+  const cuda::PageTables tables = cuda::snapshot_page_tables(items, layer, heads, cache_);
+  FPA_RETURN_IF_ERROR(upload(s_.thr, thr.data(), thr.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.page_ids, tables.ids.data(), tables.ids.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.page_off, tables.offset.data(), tables.offset.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.page_cnt, tables.count.data(), tables.count.size(), stream_));
+
+  const int pairs = layout.rows * heads;
+  const int max_keys = tables.max_count * cache_.shape().page_slots;
+  const int splits =
+      std::clamp((kTargetWarps + pairs - 1) / pairs, 1, std::max(1, max_keys / kMinKeysPerSplit));
+  FPA_RETURN_IF_ERROR(
+      s_.partial.reserve(static_cast<size_t>(pairs) * splits * (cfg().head_dim + 2) * 4));
+  cuda::AttentionArgs a;
+  a.qkv = s_.qkv.as<float>();
+  a.qkv_stride = 3 * attn_width();
+  a.phi = s_.phi.as<float>();
+  a.lvl = s_.lvl.as<float>();
+  a.cmin = s_.cmin.as<float>();
+  a.row_item = s_.row_item.as<int32_t>();
+  a.item_row0 = s_.item_row0.as<int32_t>();
+  a.item_len = s_.item_len.as<int32_t>();
+  a.item_pos0 = s_.item_pos0.as<int32_t>();
+  a.thr = s_.thr.as<float>();
+  a.beta = weights_.layers()[layer].beta;
+  a.page_ids = s_.page_ids.as<int32_t>();
+  a.page_off = s_.page_off.as<int32_t>();
+  a.page_cnt = s_.page_cnt.as<int32_t>();
+  a.rows = layout.rows;
+  a.items = static_cast<int>(items.size());
+  a.n_heads = heads;
+  a.splits = splits;
+  a.partial = s_.partial.as<float>();
+  a.out = s_.attn.as<float>();
+  FPA_RETURN_IF_ERROR(cuda_status(cuda::launch_attention(a, pool_, stream_), "attention"));
+
+  // The host bookkeeping overlaps the attention kernel.
+  FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
+  const size_t n = static_cast<size_t>(layout.rows) * heads;
+  const float* host = s_.field_host.data();
+  const cuda::FieldRows field{{host, n}, {host + n, n}, {host + 2 * n, n}, {host + 3 * n, n}};
+  absl::StatusOr<cuda::LayerUpdate> update =
+      cuda::update_layer(items, layout, layer, beta, thr, field, cache_);
+  if (!update.ok()) return update.status();
+  return mirror_update(*update);
+}
+
+absl::Status CudaBackendImpl::mirror_update(const cuda::LayerUpdate& u) {
+  FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.moves, u.moves.data(), u.moves.size(), stream_));
+  return cuda_status(cuda::launch_pool_update(
+                         pool_, s_.resets.as<int32_t>(), static_cast<int>(u.reset_pages.size()),
+                         s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
+                         s_.moves.as<cuda::SlotMove>(), static_cast<int>(u.moves.size()),
+                         s_.qkv.as<float>(), 3 * attn_width(), cfg().n_heads, stream_),
+                     "pool update");
+}
+
+absl::Status CudaBackendImpl::mlp_block(int layer, int rows) {
+  const cuda::DeviceLayer& w = weights_.layers()[layer];
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.mlp_norm, rows, cfg().d_model,
+                                       cfg().norm_eps, s_.x.as<float>(), stream_),
+                  "mlp rmsnorm"));
+  FPA_RETURN_IF_ERROR(gemm_.linear(w.gate_up, s_.x.as<float>(), rows, s_.gate_up.as<float>()));
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cuda::launch_swiglu(s_.gate_up.as<float>(), rows, cfg().d_ff, s_.act.as<float>(), stream_),
+      "swiglu"));
+  return gemm_.linear(w.down, s_.act.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
+}
+
+absl::Status CudaBackendImpl::final_logits(const cuda::BatchLayout& layout,
+                                           std::span<float> logits) {
+  const int out_rows = static_cast<int>(layout.out_rows.size());
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cuda::launch_rmsnorm(s_.h.as<float>(), s_.out_rows.as<int32_t>(), weights_.final_norm(),
+                           out_rows, cfg().d_model, cfg().norm_eps, s_.x_out.as<float>(), stream_),
+      "final rmsnorm"));
+  FPA_RETURN_IF_ERROR(
+      gemm_.linear(weights_.lm_head(), s_.x_out.as<float>(), out_rows, s_.logits.as<float>()));
+  const size_t n = static_cast<size_t>(out_rows) * cfg().vocab_size;
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(logits.data(), s_.logits.as<float>(), n * 4, cudaMemcpyDeviceToHost, stream_),
+      "logits copy"));
+  return cuda_status(cudaStreamSynchronize(stream_), "forward");
+}
+
+absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqId seq, int layer,
+                                                                     int head) {
+  std::span<const int32_t> pages = cache_.pages(seq, layer, head);
+  DeviceBuffer ids, out;
+  FPA_RETURN_IF_ERROR(upload(ids, pages.data(), pages.size(), stream_));
+  std::vector<int32_t> pos(pages.size() * cache_.shape().page_slots);
+  FPA_RETURN_IF_ERROR(out.reserve(pos.size() * 4));
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cuda::launch_gather_pos(pool_, ids.as<int32_t>(), static_cast<int>(pages.size()),
+                                          out.as<int32_t>(), stream_),
+                  "gather pos"));
+  FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(pos.data(), out.as<int32_t>(), pos.size() * 4,
+                                                  cudaMemcpyDeviceToHost, stream_),
+                                  "pos copy"));
+  FPA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "live positions"));
+  std::erase_if(pos, [](int32_t p) { return p < 0; });
+  std::sort(pos.begin(), pos.end());
+  return pos;
+}
+
+absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t start_pos,
+                                                    int n_tokens, float phi_step, int keep_last) {
+  keep_last = std::clamp(keep_last, 0, n_tokens);
+  if (cache_.pages_needed(seq, keep_last) > cache_.free_pages()) {
+    return absl::ResourceExhaustedError("KV cache too small for the synthetic context");
+  }
+  const int page_slots = cache_.shape().page_slots;
+  cuda::LayerUpdate u;
+  for (int l = 0; l < cfg().n_layers; ++l) {
+    for (int h = 0; h < cfg().n_heads; ++h) {
+      const float phi0 = cache_.last_phi(seq, l, h);
+      const float phi_end = phi0 + phi_step * n_tokens;
+      for (int t = n_tokens - keep_last; t < n_tokens; ++t) {
+        const float lvl = phi0 + phi_step * (t + 1);
+        // The walk is monotone: its minimum after t is at one end of (t, n_tokens].
+        const float m = t + 1 == n_tokens ? std::numeric_limits<float>::infinity()
+                                          : std::min(phi0 + phi_step * (t + 2), phi_end);
+        const size_t before = cache_.pages(seq, l, h).size();
+        absl::StatusOr<cache::SlotRef> slot =
+            cache_.insert(seq, l, h, start_pos + t, lvl, nullptr, nullptr, m);
+        if (!slot.ok()) return slot.status();
+        if (cache_.pages(seq, l, h).size() > before) u.reset_pages.push_back(slot->page);
+        u.writes.push_back(
+            cuda::KeyWrite{slot->page * page_slots + slot->slot, 0, h, start_pos + t, lvl, m});
+      }
+      cache_.set_last_phi(seq, l, h, phi_end);
+    }
+  }
+  FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
+  FPA_RETURN_IF_ERROR(
+      cuda_status(cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
+                                           static_cast<int>(u.reset_pages.size()), nullptr, 0,
+                                           nullptr, 0, nullptr, 0, cfg().n_heads, stream_),
+                  "synthetic resets"));
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cuda::launch_synthetic_writes(pool_, s_.writes.as<cuda::KeyWrite>(),
+                                    static_cast<int>(u.writes.size()),
+                                    static_cast<uint32_t>(seq * 7919 + start_pos), stream_),
+      "synthetic writes"));
+  return cuda_status(cudaStreamSynchronize(stream_), "synthetic keys");
+}
+
+absl::Status check_shapes(const Model& model, const cache::KvCache& cache) {
+  const ModelConfig& c = model.config();
+  const cache::CacheShape& s = cache.shape();
+  if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache shape (layers ", s.n_layers, ", heads ", s.n_heads, ", head_dim ", s.head_dim,
+        ") does not match the model (", c.n_layers, ", ", c.n_heads, ", ", c.head_dim, ")"));
+  }
+  if (c.head_dim > cuda::kMaxHeadDim) {
+    return absl::UnimplementedError(absl::StrCat("the cuda backend supports head_dim up to ",
+                                                 cuda::kMaxHeadDim, ", not ", c.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool cuda_device_available() {
+  int count = 0;
+  // Without a driver this fails (cudaErrorInsufficientDriver / NoDevice): no device.
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& model,
+                                                                 cache::KvCache& cache,
+                                                                 const CudaOptions& options) {
+  if (!cuda_device_available()) {
+    return absl::UnavailableError("no CUDA device is available");
+  }
+  FPA_RETURN_IF_ERROR(check_shapes(model, cache));
+  auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);
+  FPA_RETURN_IF_ERROR(backend->init());
+  return backend;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
+                                                           cache::KvCache& cache) {
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
+      create_cuda_backend(model, cache, CudaOptions{});
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(std::move(*backend));
+}
+
+}  // namespace fpa

@@ -1,0 +1,49 @@
+// The CUDA backend (issue 5): cuBLAS projections and paged FPA attention kernels.
+//
+// The host KvCache keeps the bookkeeping (which slot of which page holds which key, who dies
+// when); the backend mirrors the slot contents in one device allocation made at start-up, indexed
+// by the same page ids and slots. The cache passed in must be created with host_storage=false.
+//
+// Eviction is decided on the host, in step order, with the cache's own rule (lvl - phi >= tau/beta
+// in float32), from phi values copied back once per layer; the attention kernel applies the same
+// expression to the same floats when it updates m in place, so the device marks exactly the keys
+// the cache freed. Supported policies: fpa and none (the heuristic policies need per-slot
+// information the host cache does not expose without host storage).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/kv_cache.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+
+namespace fpa {
+
+struct CudaOptions {
+  // bf16 weights and bf16 keys/values (float32 accumulation, float32 phi, lvl, m); false keeps
+  // everything float32, which the parity tests use to check eviction bit for bit.
+  bool half_precision = true;
+};
+
+class CudaBackend : public Backend {
+ public:
+  // Sorted positions of the keys the device holds live for one stream: tests compare them with
+  // the host cache and the reference vectors.
+  virtual absl::StatusOr<std::vector<int32_t>> live_positions(cache::SeqId seq, int layer,
+                                                              int head) = 0;
+  // Benchmarks: appends n_tokens synthetic keys (random k and v) to every stream of `seq` at
+  // positions start_pos.., with a field falling by `phi_step` per token and tied levels, keeping
+  // only the last `keep_last` of them (the others count as evicted). Lets a benchmark reach a
+  // long context without running the prefill it does not measure.
+  virtual absl::Status append_synthetic_keys(cache::SeqId seq, int32_t start_pos, int n_tokens,
+                                             float phi_step, int keep_last) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& model,
+                                                                 cache::KvCache& cache,
+                                                                 const CudaOptions& options);
+
+}  // namespace fpa

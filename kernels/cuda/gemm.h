@@ -1,0 +1,39 @@
+// Linear layers through cuBLAS: y[n][out] (+)= W[out][in] x[n][in], weights in bf16 or float32,
+// float32 activations in and out, float32 accumulation.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/device_memory.h"
+
+namespace fpa::cuda {
+
+struct DeviceMatrix {
+  const void* data = nullptr;
+  int rows = 0;  // out
+  int cols = 0;  // in
+  bool bf16 = false;
+};
+
+class Gemm {
+ public:
+  Gemm() = default;
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  ~Gemm();
+
+  absl::Status init(cudaStream_t stream);
+
+  // y = W x (accumulate: y += W x) for n rows of x. A bf16 W takes x cast to bf16 first.
+  absl::Status linear(const DeviceMatrix& w, const float* x, int n, float* y,
+                      bool accumulate = false);
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer x_bf16_;
+};
+
+}  // namespace fpa::cuda
