@@ -22,9 +22,12 @@ void axpy(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// beta * max(0, lvl - m); m = +inf (empty segment) and beta = 0 give no penalty.
-float penalty(float beta, float lvl, float m) {
-  return beta > 0.0f ? beta * std::max(0.0f, lvl - m) : 0.0f;
+// beta * max(0, lvl - m), or +inf for an excluded key; m = +inf (empty segment) and beta = 0
+// give no penalty.
+float penalty(Penalty p, float lvl, float m) {
+  if (!(p.beta > 0.0f)) return 0.0f;
+  const float excess = lvl - m;
+  return excess >= p.threshold ? kInf : p.beta * std::max(0.0f, excess);
 }
 
 // Scores -> probabilities in place; -inf entries (free slots) become 0.
@@ -49,7 +52,7 @@ float* scratch(size_t n) {
 
 }  // namespace
 
-void decode_attention(const float* q, float phi, int32_t pos, float beta, int head_dim,
+void decode_attention(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
                       const CachedKeys& keys, float* out) {
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -64,7 +67,7 @@ void decode_attention(const float* q, float phi, int32_t pos, float beta, int he
       }
       if (pv.pos[j] < pos) pv.m[j] = std::min(pv.m[j], phi);
       sj = dot(q, pv.k + static_cast<long>(j) * head_dim, head_dim) * scale -
-           penalty(beta, pv.lvl[j], pv.m[j]);
+           penalty(pen, pv.lvl[j], pv.m[j]);
     }
   }
   softmax(s, keys.pages.size() * ps);
@@ -80,8 +83,8 @@ void decode_attention(const float* q, float phi, int32_t pos, float beta, int he
   }
 }
 
-void prefill_attention(const Chunk& c, float beta, int head_dim, const CachedKeys& keys, float* out,
-                       float* chunk_acc) {
+void prefill_attention(const Chunk& c, Penalty pen, int head_dim, const CachedKeys& keys,
+                       float* out, float* chunk_acc) {
   const int ps = keys.page_slots;
   const size_t n_old = keys.pages.size() * ps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -97,13 +100,13 @@ void prefill_attention(const Chunk& c, float beta, int head_dim, const CachedKey
         s[p * ps + j] = pv.pos[j] < 0
                             ? -kInf
                             : dot(qt, pv.k + static_cast<long>(j) * head_dim, head_dim) * scale -
-                                  penalty(beta, pv.lvl[j], std::min(pv.m[j], prefix_min));
+                                  penalty(pen, pv.lvl[j], std::min(pv.m[j], prefix_min));
       }
     }
     float seg_min = kInf;  // min of phi over (j, t], walking j down from t
     for (int j = t; j >= 0; --j) {
       s[n_old + j] =
-          dot(qt, c.k + j * c.stride, head_dim) * scale - penalty(beta, c.lvl[j], seg_min);
+          dot(qt, c.k + j * c.stride, head_dim) * scale - penalty(pen, c.lvl[j], seg_min);
       seg_min = std::min(seg_min, c.phi[j]);
     }
     softmax(s, n_old + t + 1);

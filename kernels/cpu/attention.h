@@ -4,11 +4,19 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "cache/kv_cache.h"
 
 namespace fpa::cpu {
+
+// A head's penalty scale and the fpa policy's eviction rule: a key with lvl - m >= threshold
+// (tau / beta) is excluded, exactly as if evicted; threshold = +inf never excludes.
+struct Penalty {
+  float beta = 0.0f;
+  float threshold = std::numeric_limits<float>::infinity();
+};
 
 // The live keys of one stream as the cache holds them: its pages, page_slots slots each.
 struct CachedKeys {
@@ -18,7 +26,7 @@ struct CachedKeys {
 
 // Query at position `pos` (its own key already inserted with m = +inf). Updates m = min(m, phi)
 // for keys before `pos`, adds each key's softmax probability to its acc, writes out[head_dim].
-void decode_attention(const float* q, float phi, int32_t pos, float beta, int head_dim,
+void decode_attention(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
                       const CachedKeys& keys, float* out);
 
 // A prompt chunk of one head: n queries and keys at consecutive positions. q/k/v/out rows
@@ -34,10 +42,12 @@ struct Chunk {
 };
 
 // Attends every chunk query over the cached keys (m = min(stored m, prefix-min of phi up to
-// the query)) and the chunk keys up to it (m = min of phi over (key, query]). Afterwards the
+// the query)) and the chunk keys up to it (m = min of phi over (key, query]), leaving out the
+// keys the eviction rule excludes by then, so any chunking gives step-by-step decode's output.
+// Afterwards the
 // cached keys hold m = min(m, min phi of the chunk) and their acc grown by the chunk's
 // attention; chunk_acc[n] gets the chunk keys' accumulated probabilities.
-void prefill_attention(const Chunk& chunk, float beta, int head_dim, const CachedKeys& keys,
+void prefill_attention(const Chunk& chunk, Penalty pen, int head_dim, const CachedKeys& keys,
                        float* out, float* chunk_acc);
 
 }  // namespace fpa::cpu

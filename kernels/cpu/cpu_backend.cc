@@ -64,6 +64,7 @@ class CpuBackend : public Backend {
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
+  std::vector<float> tau_;                    // item -> fpa eviction threshold (or +inf)
 };
 
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
@@ -218,9 +219,13 @@ absl::Status CpuBackend::cache_decode_keys(int l, const Batch& b) {
   return absl::OkStatus();
 }
 
+// Each stream's pages, and each item's eviction threshold (+inf unless the fpa policy).
 void CpuBackend::gather_pages(int l, const Batch& b) {
   pages_.resize(b.items.size() * c_.n_heads);
+  tau_.clear();
   for (size_t i = 0; i < b.items.size(); ++i) {
+    const cache::PolicyConfig& policy = cache_.policy(b.items[i].seq);
+    tau_.push_back(policy.policy == cache::Policy::kFpa ? policy.tau : kInf);
     for (int h = 0; h < c_.n_heads; ++h) {
       std::vector<PageView>& views = pages_[stream(i, h)];
       views.clear();
@@ -236,24 +241,25 @@ void CpuBackend::attend(int l, const Batch& b) {
   cpu::parallel_for(static_cast<int>(b.items.size()) * nh, threads_, [&](int s) {
     const size_t i = s / nh;
     const int h = s % nh;
+    const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
     const long off = b.offset[i];
     const long col = off * width() + h * hd;
     const cpu::CachedKeys keys{pages_[s], page_slots};
     if (b.len(i) == 1) {
-      cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, beta[h], hd,
-                            keys, o_.data() + col);
+      cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd, keys,
+                            o_.data() + col);
       return;
     }
     const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
                            width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
                            b.len(i)};
-    cpu::prefill_attention(chunk, beta[h], hd, keys, o_.data() + col, acc_.data() + h * n + off);
+    cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
   });
 }
 
-// Prompt chunks, after attending: under the fpa policy the cached keys that the chunk's deepest
-// dip kills go, then the chunk's keys still live at its end go in with m = the suffix-min of
-// phi after them. Heuristic policies take the chunk's keys one step at a time, as decode would.
+// Prompt chunks, after attending: every chunk key goes in with m = the suffix-min of phi after
+// it and the probability it received, then the cache evicts for the whole chunk (the fpa rule
+// at the chunk's deepest dip, or a heuristic's budget).
 absl::Status CpuBackend::cache_chunk_keys(int l, const Batch& b) {
   const int n = b.tokens(), hd = c_.head_dim;
   const std::vector<float>& beta = model_.layers()[l].beta;
@@ -262,28 +268,20 @@ absl::Status CpuBackend::cache_chunk_keys(int l, const Batch& b) {
     const int len = b.len(i);
     if (len == 1) continue;
     const ForwardItem& it = b.items[i];
-    const cache::PolicyConfig& policy = cache_.policy(it.seq);
-    const bool fpa = policy.policy == cache::Policy::kFpa;
     for (int h = 0; h < c_.n_heads; ++h) {
-      const float* phi = phi_.data() + static_cast<long>(h) * n + b.offset[i];
-      const float* lvl = lvl_.data() + static_cast<long>(h) * n + b.offset[i];
-      const float* acc = acc_.data() + static_cast<long>(h) * n + b.offset[i];
+      const long at = static_cast<long>(h) * n + b.offset[i];
       m.assign(len, kInf);
-      for (int t = len - 2; t >= 0; --t) m[t] = std::min(m[t + 1], phi[t + 1]);
-      if (fpa) {
-        cache_.evict_for_chunk(it.seq, l, h, *std::min_element(phi, phi + len), beta[h],
-                               it.start_pos + len - 1);
-      }
+      for (int t = len - 2; t >= 0; --t) m[t] = std::min(m[t + 1], phi_[at + t + 1]);
       for (int t = 0; t < len; ++t) {
-        if (fpa && beta[h] > 0.0f && lvl[t] - m[t] >= policy.tau / beta[h]) continue;
-        if (!fpa) cache_.evict_for_step(it.seq, l, h, phi[t], beta[h], it.start_pos + t);
         const long row = static_cast<long>(b.offset[i] + t) * width() + h * hd;
-        absl::StatusOr<cache::SlotRef> slot = cache_.insert(it.seq, l, h, it.start_pos + t, lvl[t],
-                                                            k_.data() + row, v_.data() + row, m[t]);
+        absl::StatusOr<cache::SlotRef> slot = cache_.insert(
+            it.seq, l, h, it.start_pos + t, lvl_[at + t], k_.data() + row, v_.data() + row, m[t]);
         if (!slot.ok()) return slot.status();
-        cache_.page(slot->page).acc[slot->slot] = acc[t];
+        cache_.page(slot->page).acc[slot->slot] = acc_[at + t];
       }
-      cache_.set_last_phi(it.seq, l, h, phi[len - 1]);
+      cache_.evict_for_chunk(it.seq, l, h, *std::min_element(&phi_[at], &phi_[at] + len), beta[h],
+                             it.start_pos + len - 1);
+      cache_.set_last_phi(it.seq, l, h, phi_[at + len - 1]);
     }
   }
   return absl::OkStatus();

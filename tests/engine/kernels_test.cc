@@ -1,6 +1,7 @@
 // CPU kernels against direct, unoptimised formulas (double precision where it matters).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -157,7 +158,7 @@ TEST(Attention, DecodeMatchesTheDefinitionAndUpdatesM) {
     pen.push_back(j == n - 1 ? 0.0 : beta * std::max(0.0f, lvl[j] - std::min(m, phi)));
   }
   std::vector<float> out(dim);
-  decode_attention(q.data(), phi, n - 1, beta, dim, pages.keys(), out.data());
+  decode_attention(q.data(), phi, n - 1, Penalty{beta}, dim, pages.keys(), out.data());
   const std::vector<double> ref = direct(q.data(), ks, vs, pen, dim);
   for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[i], ref[i], 1e-5);
   double total = 0;
@@ -170,7 +171,15 @@ TEST(Attention, DecodeMatchesTheDefinitionAndUpdatesM) {
   EXPECT_NEAR(total, 1.0, 1e-5);
 }
 
-TEST(Attention, PrefillChunkMatchesTheDefinition) {
+// Penalty of a key with excess lvl - m: +inf when the eviction rule excludes it.
+double pen_of(float beta, float excess, float threshold) {
+  return excess >= threshold ? INFINITY : beta * std::max(0.0f, excess);
+}
+
+class PrefillTest : public ::testing::TestWithParam<float> {};
+
+TEST_P(PrefillTest, ChunkMatchesTheDefinition) {
+  const float threshold = GetParam();
   const int dim = 8, old = 5, n = 6, stride = 2 * dim;  // rows hold two heads; we use head 0
   const std::vector<float> k = randn((old + n) * dim, 11), v = randn(k.size(), 12);
   const std::vector<float> q = randn(n * stride, 13), ck = randn(n * stride, 14),
@@ -182,8 +191,8 @@ TEST(Attention, PrefillChunkMatchesTheDefinition) {
   for (int j = 0; j < old; ++j) pages.put(j, j, &k[j * dim], &v[j * dim], old_lvl[j], old_m[j]);
   std::vector<float> out(n * stride), acc(n);
   const Chunk chunk{q.data(), ck.data(), cv.data(), stride, phi.data(), lvl.data(), n};
-  prefill_attention(chunk, beta, dim, pages.keys(), out.data(), acc.data());
-  std::vector<double> total_old(old, 0.0);
+  prefill_attention(chunk, Penalty{beta, threshold}, dim, pages.keys(), out.data(), acc.data());
+  int excluded = 0;
   for (int t = 0; t < n; ++t) {
     std::vector<const float*> ks, vs;
     std::vector<double> pen;
@@ -192,18 +201,20 @@ TEST(Attention, PrefillChunkMatchesTheDefinition) {
       for (int u = 0; u <= t; ++u) m = std::min(m, phi[u]);
       ks.push_back(&k[j * dim]);
       vs.push_back(&v[j * dim]);
-      pen.push_back(beta * std::max(0.0f, old_lvl[j] - m));
+      pen.push_back(pen_of(beta, old_lvl[j] - m, threshold));
     }
     for (int j = 0; j <= t; ++j) {
       float m = kInf;
       for (int u = j + 1; u <= t; ++u) m = std::min(m, phi[u]);
       ks.push_back(&ck[j * stride]);
       vs.push_back(&cv[j * stride]);
-      pen.push_back(beta * std::max(0.0f, lvl[j] - m));
+      pen.push_back(pen_of(beta, lvl[j] - m, threshold));
     }
+    excluded += std::count(pen.begin(), pen.end(), INFINITY);
     const std::vector<double> ref = direct(&q[t * stride], ks, vs, pen, dim);
     for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[t * stride + i], ref[i], 1e-5) << t;
   }
+  EXPECT_EQ(excluded > 0, std::isfinite(threshold));
   float min_phi = kInf;
   for (float p : phi) min_phi = std::min(min_phi, p);
   double mass = 0;
@@ -214,6 +225,9 @@ TEST(Attention, PrefillChunkMatchesTheDefinition) {
   for (float a : acc) mass += a;
   EXPECT_NEAR(mass, n, 1e-4);  // every query hands out probability 1
 }
+
+// +inf: a full cache; 0.5: the fpa rule excludes some keys part-way through the chunk.
+INSTANTIATE_TEST_SUITE_P(Thresholds, PrefillTest, ::testing::Values(INFINITY, 0.5f));
 
 }  // namespace
 }  // namespace fpa::cpu

@@ -1,0 +1,200 @@
+// Parity with the PyTorch reference (tests/vectors/, written by train/make_vectors.py): logits
+// and residual streams of every attention kind, chunked prefill, and decode with eviction down to
+// the live-key set of every step, layer and head.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <string>
+
+#include "cache/kv_cache.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace fpa {
+namespace {
+
+constexpr double kTolerance = 1e-4;  // max |ours - reference| / max |reference|
+constexpr float kTieBand = 1e-3f;    // |margin| below this: rounding may decide either way
+
+double rel_error(std::span<const float> ours, std::span<const float> ref) {
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::fabs(double(ours[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(double(ref[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+class ParityTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(FPA_VECTORS_DIR) + "/" + GetParam();
+    if (GetParam() == "shipped" && !std::filesystem::exists(dir + "/case.safetensors")) {
+      GTEST_SKIP() << "no shipped-model vectors yet (models/fpa-tiny not trained)";
+    }
+    auto file = SafetensorsFile::open(dir + "/case.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    case_ = *std::move(file);
+    const auto& meta = case_->metadata();
+    const std::string model_dir = std::filesystem::exists(dir + "/config.json")
+                                      ? dir
+                                      : std::string(FPA_REPO_ROOT) + "/" + meta.at("model_dir");
+    auto model = Model::load(model_dir);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    tau_ = std::stof(meta.at("tau"));
+    margin_ = f32("margin");
+    const TensorView tok = *case_->get("tokens");
+    tokens_.resize(tok.numel());
+    std::memcpy(tokens_.data(), tok.bytes.data(), tok.bytes.size());
+    const ModelConfig& c = model_->config();
+    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+    auto backend = make_cpu_backend(*model_, *cache_, 2);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+  }
+
+  std::vector<float> f32(const std::string& name) { return to_float32(*case_->get(name)); }
+  int T() const { return static_cast<int>(tokens_.size()); }
+  int V() const { return model_->config().vocab_size; }
+
+  cache::SeqId start(cache::Policy policy) {
+    auto seq = cache_->add_sequence({.policy = policy, .tau = tau_});
+    EXPECT_TRUE(seq.ok()) << seq.status();
+    return *seq;
+  }
+
+  // Runs the tokens through in chunks; returns every position's logits.
+  std::vector<float> run_chunks(cache::SeqId seq, int chunk,
+                                std::vector<std::vector<float>>* layers = nullptr) {
+    std::vector<float> logits(static_cast<size_t>(T()) * V());
+    for (int at = 0; at < T(); at += chunk) {
+      const int n = std::min(chunk, T() - at);
+      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      ForwardTrace trace{.all_logits = true, .layer_outputs = layers};
+      const absl::Status s =
+          backend_->forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    return logits;
+  }
+
+  // The positions live in each (layer, head) stream of `seq`.
+  std::set<int32_t> live(cache::SeqId seq, int layer, int head) {
+    std::set<int32_t> out;
+    for (int32_t id : cache_->pages(seq, layer, head)) {
+      const cache::PageView v = cache_->page(id);
+      for (int s = 0; s < cache_->shape().page_slots; ++s) {
+        if (v.pos[s] >= 0) out.insert(v.pos[s]);
+      }
+    }
+    return out;
+  }
+
+  long index(int i, int l, int h, int j) const {
+    const ModelConfig& c = model_->config();
+    return ((static_cast<long>(i) * c.n_layers + l) * c.n_heads + h) * T() + j;
+  }
+
+  // Marks the keys whose margin at step i lies within the tie band (tied is [layer, head, key]).
+  void mark_ties(int i, std::vector<uint8_t>& tied) const {
+    const ModelConfig& c = model_->config();
+    tied.resize(static_cast<size_t>(c.n_layers) * c.n_heads * T());
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_heads; ++h)
+        for (int j = 0; j <= i; ++j)
+          tied[index(0, l, h, j)] |= std::fabs(margin_[index(i, l, h, j)]) < kTieBand;
+  }
+
+  // Compares the cache's live sets with the reference's after step i, except for tied keys.
+  // Returns how many keys the reference has evicted by then.
+  int check_live_sets(cache::SeqId seq, int i, const std::vector<uint8_t>& tied) {
+    const ModelConfig& c = model_->config();
+    const TensorView live_ref = *case_->get("live");
+    int evicted = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (int h = 0; h < c.n_heads; ++h) {
+        const std::set<int32_t> ours = live(seq, l, h);
+        for (int j = 0; j <= i; ++j) {
+          const bool ref = live_ref.bytes[index(i, l, h, j)] != std::byte{0};
+          evicted += !ref;
+          if (!tied[index(0, l, h, j)]) {
+            EXPECT_EQ(ours.contains(j), ref)
+                << "step " << i << " layer " << l << " head " << h << " key " << j;
+          }
+        }
+      }
+    }
+    return evicted;
+  }
+
+  std::unique_ptr<SafetensorsFile> case_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<cache::KvCache> cache_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> margin_;  // [step, layer, head, key]
+  float tau_ = 0.0f;
+};
+
+TEST_P(ParityTest, FullCacheLogitsAndLayerOutputs) {
+  std::vector<std::vector<float>> layers;
+  const std::vector<float> logits = run_chunks(start(cache::Policy::kNone), T(), &layers);
+  EXPECT_LE(rel_error(logits, f32("logits")), kTolerance);
+  ASSERT_EQ(layers.size(), static_cast<size_t>(model_->config().n_layers));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_LE(rel_error(layers[l], f32("layer_out." + std::to_string(l))), kTolerance) << l;
+  }
+}
+
+TEST_P(ParityTest, ChunkedPrefillEqualsOneShot) {
+  const std::vector<float> one_shot = run_chunks(start(cache::Policy::kNone), T());
+  for (int chunk : {7, 1}) {
+    const std::vector<float> chunked = run_chunks(start(cache::Policy::kNone), chunk);
+    EXPECT_LE(rel_error(chunked, one_shot), 1e-5) << "chunk " << chunk;
+    EXPECT_LE(rel_error(chunked, f32("logits")), kTolerance) << "chunk " << chunk;
+  }
+}
+
+TEST_P(ParityTest, DecodeWithEvictionMatchesLiveSetsStepByStep) {
+  const cache::SeqId seq = start(cache::Policy::kFpa);
+  const std::vector<float> ref = f32("evict_logits");
+  std::vector<uint8_t> tied;
+  std::vector<float> logits(V());
+  int evicted = 0;
+  for (int i = 0; i < T(); ++i) {
+    const ForwardItem item{seq, std::span(tokens_).subspan(i, 1), i};
+    ASSERT_TRUE(backend_->forward({&item, 1}, logits).ok());
+    EXPECT_LE(rel_error(logits, std::span(ref).subspan(i * V(), V())), kTolerance) << "step " << i;
+    mark_ties(i, tied);
+    evicted = check_live_sets(seq, i, tied);
+  }
+  if (model_->config().attention != AttentionKind::kSoftmax) {
+    EXPECT_GT(evicted, 0) << "the case should evict";
+  }
+  std::cout << GetParam() << ": " << evicted << " keys evicted, "
+            << std::count(tied.begin(), tied.end(), 1) << " within the tie band\n";
+}
+
+TEST_P(ParityTest, ChunkedPrefillWithEvictionMatchesDecode) {
+  const cache::SeqId seq = start(cache::Policy::kFpa);
+  const std::vector<float> logits = run_chunks(seq, 7);
+  EXPECT_LE(rel_error(logits, f32("evict_logits")), kTolerance);
+  std::vector<uint8_t> tied;
+  for (int i = 0; i < T(); ++i) mark_ties(i, tied);
+  check_live_sets(seq, T() - 1, tied);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vectors, ParityTest,
+                         ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped"));
+
+}  // namespace
+}  // namespace fpa
