@@ -143,12 +143,16 @@ class Attention(nn.Module):
         phi = torch.cumsum(d, dim=1).transpose(1, 2)  # [B, H, T]
         lvl = phi if u is None else phi + u.transpose(1, 2)
         t = phi.shape[-1]
-        later = torch.ones(t, t, dtype=torch.bool).triu(1)  # [j, t]: t > j
-        seg = torch.where(later, phi[..., None, :], torch.tensor(math.inf))  # [B, H, j, t]
-        m = torch.cummin(seg, dim=-1).values.transpose(-1, -2)  # [B, H, i, j]
-        return lvl[..., None, :] - m, self.beta()
+        # running minimum row by row (torch.cummin over [B, H, T, T] is ~50x slower on CPU)
+        empty = torch.full((t, t), math.inf).triu()  # [i, j]: +inf unless j < i
+        m, rows = torch.full_like(phi, math.inf), []
+        for i in range(t):
+            m = torch.minimum(m, phi[..., i:i + 1] + empty[i])
+            rows.append(m)
+        return lvl[..., None, :] - torch.stack(rows, dim=-2), self.beta()
 
-    def forward(self, x, tau: float | None = None):
+    def forward(self, x, tau: float | None = None, stats: list | None = None):
+        """With `stats`, appends the live fraction of this layer's keys for the last query."""
         b, t, _ = x.shape
         pos = torch.arange(t)
         q, k, v = self.qkv(x, pos)
@@ -160,6 +164,8 @@ class Attention(nn.Module):
             if tau is not None:
                 thr = torch.where(beta > 0, tau / beta, torch.tensor(math.inf))
                 keep = keep & ~(exc >= thr[:, None, None])
+        if stats is not None:
+            stats.append(keep[..., -1, :].float().mean().item())
         s = s.masked_fill(~keep, -math.inf)
         out = torch.softmax(s, dim=-1) @ v  # [B, H, T, hd]
         return out.transpose(1, 2).reshape(b, t, -1) @ self.wo.t()
@@ -181,8 +187,8 @@ class Block(nn.Module):
         self.attn_norm, self.attn = RMSNorm(cfg.d_model, cfg.norm_eps), Attention(cfg)
         self.mlp_norm, self.mlp = RMSNorm(cfg.d_model, cfg.norm_eps), MLP(cfg)
 
-    def forward(self, h, tau=None):
-        h = h + self.attn(self.attn_norm(h), tau)
+    def forward(self, h, tau=None, stats=None):
+        h = h + self.attn(self.attn_norm(h), tau, stats)
         return h + self.mlp(self.mlp_norm(h))
 
 
@@ -200,35 +206,35 @@ class Model(nn.Module):
         w = self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
         return self.final_norm(h) @ w.t()
 
-    def forward(self, tokens, tau: float | None = None, return_layers: bool = False):
-        """tokens [B, T] -> logits [B, T, V] (and the residual stream after each block)."""
+    def forward(self, tokens, tau: float | None = None, return_layers: bool = False,
+                stats: list | None = None):
+        """tokens [B, T] -> logits [B, T, V] (and the residual stream after each block). With
+        `stats`, each layer appends the live fraction of the keys for the last query."""
         h = self.embed(tokens)
         outs = []
         for block in self.layers:
-            h = block(h, tau)
+            h = block(h, tau, stats)
             outs.append(h)
         logits = self.head(h)
         return (logits, outs) if return_layers else logits
 
     def init_weights(self, seed: int, field_bias: float = 0.0, beta_raw: float = 0.0,
-                     field_std: float | None = None):
-        """Scaled-normal init; the walk's bias/scale and beta are knobs (training and vectors)."""
+                     walk_std: float = 1.0, embed_std: float = 1.0, out_scale: float = 1.0):
+        """Normal init with std 1/sqrt(fan_in) scaled per role: `walk_std` for field_w and
+        level_w, `out_scale` for wo and w_down; the walk's bias and beta are constants."""
         g = torch.Generator().manual_seed(seed)
+        consts = {"norm.weight": 1.0, "field_b": field_bias, "beta_raw": beta_raw, "level_b": 0.0}
+        scales = {"field_w": walk_std, "level_w": walk_std, "wo": out_scale, "w_down": out_scale}
         with torch.no_grad():
             for name, p in self.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.fill_(1.0)
-                elif name.endswith("field_b"):
-                    p.fill_(field_bias)
-                elif name.endswith("beta_raw"):
-                    p.fill_(beta_raw)
-                elif name.endswith("level_b"):
-                    p.zero_()
+                const = [v for k, v in consts.items() if name.endswith(k)]
+                if const:
+                    p.fill_(const[0])
                 elif name == "embed.weight":
-                    p.normal_(0.0, 1.0, generator=g)
+                    p.normal_(0.0, embed_std, generator=g)
                 else:
-                    std = field_std if field_std is not None and "field_w" in name else None
-                    p.normal_(0.0, std or 1.0 / math.sqrt(p.shape[1]), generator=g)
+                    scale = next((v for k, v in scales.items() if name.endswith(k)), 1.0)
+                    p.normal_(0.0, scale / math.sqrt(p.shape[1]), generator=g)
         return self
 
 
