@@ -1,0 +1,270 @@
+// The CUDA backend's host bookkeeping, without a device: batch checks, and one layer's eviction,
+// insertion and compaction mirrored into an emulated device pool (pool_mirror.h), compared step
+// by step with a brute-force FPA reference (docs/model-format.md "Eviction conventions").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "kernels/cuda/step_plan.h"
+#include "tests/gpu/pool_mirror.h"
+
+namespace fpa::cuda {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int kHeads = 2;
+constexpr int kPageSlots = 4;
+const ModelDims kDims{259, 1, kHeads, 4};
+
+std::unique_ptr<cache::KvCache> make_cache(int64_t pages) {
+  auto cache = cache::KvCache::create({1, kHeads, 4, kPageSlots}, pages, /*host_storage=*/false);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  return *std::move(cache);
+}
+
+cache::SeqId add(cache::KvCache& cache, cache::Policy policy, float tau = 2.0f) {
+  auto seq = cache.add_sequence({.policy = policy, .tau = tau});
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  return *seq;
+}
+
+TEST(PlanBatch, LaysOutRowsAndOutputRows) {
+  auto cache = make_cache(64);
+  const cache::SeqId a = add(*cache, cache::Policy::kFpa);
+  const cache::SeqId b = add(*cache, cache::Policy::kNone);
+  const std::vector<int32_t> ta{1, 2, 3}, tb{4};
+  const ForwardItem items[] = {{a, ta, 0}, {b, tb, 5}};
+  auto last = plan_batch(items, 2 * 259, false, kDims, *cache);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->rows, 4);
+  EXPECT_EQ(last->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(last->row_item, (std::vector<int32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(last->row_pos, (std::vector<int32_t>{0, 1, 2, 5}));
+  EXPECT_EQ(last->item_row0, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(last->out_rows, (std::vector<int32_t>{2, 3}));
+  auto all = plan_batch(items, 4 * 259, true, kDims, *cache);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->out_rows, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(PlanBatch, RejectsBadBatchesWithClearErrors) {
+  auto cache = make_cache(2);
+  const cache::SeqId a = add(*cache, cache::Policy::kFpa);
+  const cache::SeqId w = add(*cache, cache::Policy::kWindow);
+  const std::vector<int32_t> ok{1}, empty{}, bad{300}, long_prompt(64, 7);
+  auto check = [&](std::vector<ForwardItem> items, size_t logits, absl::StatusCode code,
+                   const char* words) {
+    auto r = plan_batch(items, logits, false, kDims, *cache);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status();
+  };
+  check({{a, empty, 0}}, 259, absl::StatusCode::kInvalidArgument, "no tokens");
+  check({{a, bad, 0}}, 259, absl::StatusCode::kInvalidArgument, "token 300");
+  check({{a, ok, 0}, {a, ok, 1}}, 2 * 259, absl::StatusCode::kInvalidArgument, "twice");
+  check({{a, ok, 0}}, 258, absl::StatusCode::kInvalidArgument, "logits span");
+  check({{w, ok, 0}}, 259, absl::StatusCode::kUnimplemented, "fpa and none");
+  check({{a, long_prompt, 0}}, 259, absl::StatusCode::kResourceExhausted, "pages");
+}
+
+TEST(Thresholds, TauOverBetaOnlyWhereFpaCanEvict) {
+  auto cache = make_cache(8);
+  const cache::SeqId f = add(*cache, cache::Policy::kFpa, 3.0f);
+  const cache::SeqId n = add(*cache, cache::Policy::kNone, 3.0f);
+  const std::vector<int32_t> t{1};
+  const ForwardItem items[] = {{f, t, 0}, {n, t, 0}};
+  const std::vector<float> beta{2.0f, 0.0f};
+  EXPECT_EQ(eviction_thresholds(items, beta, *cache), (std::vector<float>{1.5f, kInf, kInf, kInf}));
+}
+
+// Brute force per stream: the live keys' levels, evicted step by step.
+struct Reference {
+  std::map<int32_t, float> live;  // pos -> lvl
+  void step(int32_t pos, float phi, float lvl, float thr) {
+    std::erase_if(live, [&](const auto& kv) { return kv.second - phi >= thr; });
+    live[pos] = lvl;
+  }
+  std::set<int32_t> positions() const {
+    std::set<int32_t> out;
+    for (const auto& kv : live) out.insert(kv.first);
+    return out;
+  }
+};
+
+// A sequence's field per head: a random walk with free levels.
+struct Walk {
+  std::vector<float> phi[kHeads], lvl[kHeads];
+  Walk(int n, std::mt19937& rng) {
+    std::uniform_real_distribution<float> d(-1.0f, 0.6f), u(-1.0f, 1.0f);
+    for (int h = 0; h < kHeads; ++h) {
+      float p = 0.0f;
+      for (int t = 0; t < n; ++t) {
+        p += d(rng);
+        phi[h].push_back(p);
+        lvl[h].push_back(p + u(rng));
+      }
+    }
+  }
+};
+
+struct Seq {
+  Seq(cache::SeqId id, Walk walk) : id(id), walk(std::move(walk)) {}
+  cache::SeqId id;
+  Walk walk;
+  std::vector<int> chunks;  // prompt chunks, then decode steps
+  size_t next = 0;
+  int32_t pos = 0;
+  Reference ref[kHeads];
+  std::vector<int32_t> tokens;
+};
+
+// Field rows of one step as the device's field kernel computes them.
+struct Rows {
+  std::vector<float> phi, lvl, cmin, smin;
+  FieldRows view() const { return {phi, lvl, cmin, smin}; }
+};
+
+Rows field_rows(const std::vector<Seq*>& seqs, const BatchLayout& layout) {
+  Rows r;
+  for (auto* v : {&r.phi, &r.lvl, &r.cmin, &r.smin}) v->resize(layout.rows * kHeads);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int row0 = layout.item_row0[i], len = layout.item_len[i];
+    for (int h = 0; h < kHeads; ++h) {
+      float run = kInf;
+      for (int t = 0; t < len; ++t) {
+        const size_t at = static_cast<size_t>(row0 + t) * kHeads + h;
+        r.phi[at] = seqs[i]->walk.phi[h][seqs[i]->pos + t];
+        r.lvl[at] = seqs[i]->walk.lvl[h][seqs[i]->pos + t];
+        run = std::min(run, r.phi[at]);
+        r.cmin[at] = run;
+      }
+      float suffix = kInf;
+      for (int t = len - 1; t >= 0; --t) {
+        const size_t at = static_cast<size_t>(row0 + t) * kHeads + h;
+        r.smin[at] = suffix;
+        suffix = std::min(suffix, r.phi[at]);
+      }
+    }
+  }
+  return r;
+}
+
+class MirrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cache_ = make_cache(40);
+    mirror_ = std::make_unique<PoolMirror>(40, kPageSlots);
+  }
+
+  std::unique_ptr<Seq> start(cache::Policy policy, int n, std::mt19937& rng) {
+    auto s = std::make_unique<Seq>(add(*cache_, policy, tau_), Walk(n, rng));
+    std::uniform_int_distribution<int> chunk(2, 9);
+    int left = n;
+    while (left > n / 2) left -= s->chunks.emplace_back(std::min(left - n / 2, chunk(rng)));
+    s->chunks.insert(s->chunks.end(), left, 1);
+    s->tokens.assign(n, 65);
+    return s;
+  }
+
+  // One forward step's bookkeeping for the sequences that still have chunks.
+  void step(const std::vector<Seq*>& seqs) {
+    std::vector<ForwardItem> items;
+    for (Seq* s : seqs) {
+      const int len = s->chunks[s->next];
+      items.push_back({s->id, std::span(s->tokens).subspan(s->pos, len), s->pos});
+    }
+    auto layout = plan_batch(items, items.size() * 259, false, kDims, *cache_);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    const Rows rows = field_rows(seqs, *layout);
+    const std::vector<float> thr = eviction_thresholds(items, beta_, *cache_);
+    const PageTables tables = snapshot_page_tables(items, 0, kHeads, *cache_);
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (int h = 0; h < kHeads; ++h) {
+        const size_t st = i * kHeads + h;
+        const int last = layout->item_row0[i] + layout->item_len[i] - 1;
+        mirror_->attend(std::span(tables.ids).subspan(tables.offset[st], tables.count[st]),
+                        items[i].start_pos, rows.cmin[last * kHeads + h], thr[st]);
+      }
+    }
+    auto update = update_layer(items, *layout, 0, beta_, thr, rows.view(), *cache_);
+    ASSERT_TRUE(update.ok()) << update.status();
+    mirror_->apply(*update);
+    moves_ += update->moves.size();
+    resets_ += update->reset_pages.size();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq& s = *seqs[i];
+      int64_t live = 0;
+      for (int h = 0; h < kHeads; ++h) {
+        for (int t = 0; t < layout->item_len[i]; ++t) {
+          s.ref[h].step(s.pos + t, s.walk.phi[h][s.pos + t], s.walk.lvl[h][s.pos + t],
+                        thr[i * kHeads + h]);
+        }
+        const std::set<int32_t> ours = mirror_->live(cache_->pages(s.id, 0, h));
+        EXPECT_EQ(ours, s.ref[h].positions()) << "seq " << s.id << " head " << h << " at " << s.pos;
+        EXPECT_FLOAT_EQ(cache_->last_phi(s.id, 0, h),
+                        s.walk.phi[h][s.pos + layout->item_len[i] - 1]);
+        live += static_cast<int64_t>(ours.size());
+      }
+      EXPECT_EQ(cache_->sequence_stats(s.id).live_keys, live) << "seq " << s.id;
+      s.pos += layout->item_len[i];
+      ++s.next;
+    }
+  }
+
+  void run(std::vector<std::unique_ptr<Seq>>& seqs) {
+    for (;;) {
+      std::vector<Seq*> active;
+      for (auto& s : seqs) {
+        if (s->next < s->chunks.size()) active.push_back(s.get());
+      }
+      if (active.empty()) return;
+      step(active);
+      if (HasFatalFailure()) return;
+    }
+  }
+
+  float tau_ = 2.0f;
+  std::vector<float> beta_{1.0f, 0.5f};
+  std::unique_ptr<cache::KvCache> cache_;
+  std::unique_ptr<PoolMirror> mirror_;
+  size_t moves_ = 0, resets_ = 0;
+};
+
+TEST_F(MirrorTest, DevicePoolFollowsTheCacheThroughChunksDecodeAndCompaction) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 4; ++round) {  // released pages are reused by the next round
+    std::vector<std::unique_ptr<Seq>> seqs;
+    seqs.push_back(start(cache::Policy::kFpa, 60, rng));
+    seqs.push_back(start(cache::Policy::kFpa, 45, rng));
+    seqs.push_back(start(cache::Policy::kNone, 20, rng));
+    run(seqs);
+    for (auto& s : seqs) cache_->release(s->id);
+  }
+  EXPECT_GT(resets_, 0u);
+  EXPECT_GT(moves_, 0u) << "the walk should leave sparse pages to compact";
+}
+
+TEST_F(MirrorTest, KeysDyingInsideTheirChunkAreNeverInserted) {
+  std::mt19937 rng(11);
+  auto s = start(cache::Policy::kFpa, 12, rng);
+  s->chunks = {12};
+  // A walk that falls fast: most of the chunk's keys are dead by its end.
+  for (int h = 0; h < kHeads; ++h) {
+    for (int t = 0; t < 12; ++t) s->walk.phi[h][t] = s->walk.lvl[h][t] = -3.0f * t;
+  }
+  std::vector<std::unique_ptr<Seq>> seqs;
+  seqs.push_back(std::move(s));
+  run(seqs);
+  for (int h = 0; h < kHeads; ++h) {
+    EXPECT_EQ(seqs[0]->ref[h].positions().size(), h == 0 ? 1u : 2u);  // thr 2, then 4
+  }
+}
+
+}  // namespace
+}  // namespace fpa::cuda
