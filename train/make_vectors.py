@@ -81,12 +81,13 @@ def write_case(out_dir: str, name: str, model: Model, tokens, tau: float, meta=N
     return 1.0 - live.float().mean().item()
 
 
-def make_random_case(out_dir: str, name: str) -> str:
+def make_random_case(out_dir: str, name: str, tau: float | None = None) -> str:
+    """Writes one random-weight case; `tau` skips the search (tests pass the committed one)."""
     cfg_over, init = CASES[name]
     cfg = Config(**SMALL, **cfg_over)
     tokens = torch.tensor(encode(PROMPT)[: cfg.train_len])
     model = random_model(cfg, **init)
-    cfg.tau = pick_tau(model, tokens)
+    cfg.tau = pick_tau(model, tokens) if tau is None else tau
     save_model(model, os.path.join(out_dir, name), {"note": f"random weights, {init}"})
     share = write_case(out_dir, name, model, tokens, cfg.tau)
     return f"{name}: tau={cfg.tau} evicted share at the end {share:.2f}"
