@@ -60,6 +60,7 @@ int evict_fpa(PageTable& table, Stream& stream, const PolicyConfig& policy, floa
 // (ties: the older key).
 std::vector<int32_t> h2o_victims(const PageTable& table, const Stream& stream, int64_t count,
                                  int32_t newest, int64_t recent) {
+  if (count <= 0) return {};
   struct Candidate {
     float acc;
     int32_t pos;
@@ -75,7 +76,7 @@ std::vector<int32_t> h2o_victims(const PageTable& table, const Stream& stream, i
       }
     }
   }
-  count = std::min<int64_t>(count, static_cast<int64_t>(candidates.size()));
+  count = std::clamp<int64_t>(count, 0, static_cast<int64_t>(candidates.size()));
   auto lighter = [](const Candidate& a, const Candidate& b) {
     return a.acc < b.acc || (a.acc == b.acc && a.pos < b.pos);
   };

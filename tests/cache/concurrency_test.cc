@@ -1,0 +1,89 @@
+// stats() read from another thread while writers decode: every snapshot is a state the cache
+// could be in (no torn or impossible values), and writers on different streams of one sequence
+// may run side by side.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "tests/cache/cache_test_util.h"
+
+namespace fpa::cache {
+namespace {
+
+constexpr CacheShape kShape{.n_layers = 1, .n_heads = 4, .head_dim = 4, .page_slots = 4};
+
+// Decodes `steps` random-walk steps on heads [head_begin, head_end) of `seq`, compacting now
+// and then.
+void decode(KvCache& cache, SeqId seq, int head_begin, int head_end, int steps, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> phi(kShape.n_heads, 0.0f);
+  const auto k = testing::key_data(kShape.head_dim, 1, 1.0f);
+  for (int32_t pos = 0; pos < steps; ++pos) {
+    for (int h = head_begin; h < head_end; ++h) {
+      phi[h] += normal(rng);
+      cache.evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
+      ASSERT_TRUE(cache.insert(seq, 0, h, pos, phi[h] + normal(rng), k.data(), k.data()).ok());
+      if (pos % 64 == 0) cache.compact(seq, 0, h, {});
+    }
+  }
+}
+
+TEST(Concurrency, StatsReadWhileWritersRun) {
+  auto cache = testing::make_cache(kShape, 4096);
+  PolicyConfig fpa;
+  fpa.tau = 3.0f;
+  PolicyConfig window;
+  window.policy = Policy::kWindow;
+  window.budget_fraction = 0.1f;
+  const SeqId a = *cache->add_sequence(fpa);
+  const SeqId b = *cache->add_sequence(window);
+  const SeqId c = *cache->add_sequence(fpa);
+  constexpr int kSteps = 3000;
+
+  std::atomic<bool> done{false};
+  int64_t reads = 0;
+  std::thread reader([&] {
+    CacheStats last = cache->stats();
+    while (!done.load()) {
+      const CacheStats s = cache->stats();
+      ++reads;
+      ASSERT_GE(s.pages_in_use, 0);
+      ASSERT_LE(s.pages_in_use, s.pages_total);
+      ASSERT_LE(s.live_slots, s.pages_in_use * kShape.page_slots);
+      ASSERT_GE(s.live_slots, s.pages_in_use);  // no page is held empty
+      ASSERT_LE(s.live_slots, s.full_cache_keys);
+      ASSERT_LE(s.full_cache_keys, int64_t{3} * kSteps * kShape.n_heads);
+      ASSERT_GE(s.evicted_slots, last.evicted_slots);  // monotonic
+      ASSERT_GE(s.full_cache_keys, last.full_cache_keys);
+      ASSERT_EQ(s.sequences, 3);
+      ASSERT_LE(s.bytes_held(), s.pages_total * kShape.page_slots * s.bytes_per_key);
+      last = s;
+    }
+  });
+  // Three writers: sequence a alone, sequence b alone, and sequence c split over two threads.
+  std::vector<std::thread> writers;
+  writers.emplace_back([&] { decode(*cache, a, 0, 4, kSteps, 1); });
+  writers.emplace_back([&] { decode(*cache, b, 0, 4, kSteps, 2); });
+  writers.emplace_back([&] { decode(*cache, c, 0, 2, kSteps, 3); });
+  writers.emplace_back([&] { decode(*cache, c, 2, 4, kSteps, 4); });
+  for (std::thread& w : writers) w.join();
+  done.store(true);
+  reader.join();
+  EXPECT_GT(reads, 0);
+  const int64_t full = int64_t{kSteps} * kShape.n_heads;
+  testing::expect_consistent(*cache, {{a, full}, {b, full}, {c, full}});
+  EXPECT_EQ(cache->sequence_stats(c).length, kSteps);
+  EXPECT_EQ(cache->sequence_stats(b).live_keys, (kSteps / 10) * kShape.n_heads);
+  for (SeqId s : {a, b, c}) cache->release(s);
+  EXPECT_EQ(cache->stats().pages_in_use, 0);
+  EXPECT_EQ(cache->free_pages(), 4096);
+}
+
+}  // namespace
+}  // namespace fpa::cache

@@ -1,0 +1,296 @@
+// The page pool: pages freed the step their last key dies, exhaustion as a clean error, storage
+// modes and sizes, and no leak after thousands of random operations under every policy.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "tests/cache/cache_test_util.h"
+
+namespace fpa::cache {
+namespace {
+
+using testing::expect_consistent;
+using testing::key_data;
+using testing::live_positions;
+
+PolicyConfig fpa_policy(float tau) {
+  PolicyConfig p;
+  p.tau = tau;
+  return p;
+}
+
+absl::Status insert_key(KvCache& cache, SeqId seq, int l, int h, int32_t pos, float lvl) {
+  const auto k = key_data(cache.shape().head_dim, pos, 1.0f);
+  return cache.insert(seq, l, h, pos, lvl, k.data(), k.data()).status();
+}
+
+TEST(Pool, PageFreedTheStepItsLastKeyDies) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 2, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 8);
+  const SeqId seq = *cache->add_sequence(fpa_policy(1.0f));
+  // Keys 0-3 fill page one at level 25, keys 4-7 page two at level 20; the field stays at 30.
+  for (int32_t pos = 0; pos < 8; ++pos) {
+    EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 30.0f, 1.0f, pos), 0);
+    ASSERT_TRUE(insert_key(*cache, seq, 0, 0, pos, pos < 4 ? 25.0f : 20.0f).ok());
+  }
+  EXPECT_EQ(cache->stats().pages_in_use, 2);
+  // phi = 23.5 kills level 25 (25 - 23.5 >= 1), not level 20: page one goes back at once.
+  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 23.5f, 1.0f, 8), 4);
+  EXPECT_EQ(cache->stats().pages_in_use, 1);
+  EXPECT_EQ(cache->free_pages(), 7);
+  EXPECT_EQ(cache->stats().evicted_slots, 4);
+  // A dip to 0 kills the rest, before anything new goes in.
+  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 0.0f, 1.0f, 8), 4);
+  EXPECT_EQ(cache->stats().pages_in_use, 0);
+  EXPECT_TRUE(cache->pages(seq, 0, 0).empty());
+  expect_consistent(*cache, {{seq, 8}});
+}
+
+TEST(Pool, ExhaustionIsAnErrorAndLeavesTheCacheUsable) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 2, .head_dim = 2, .page_slots = 2};
+  auto cache = testing::make_cache(shape, 3);
+  PolicyConfig none;
+  none.policy = Policy::kNone;
+  const SeqId a = *cache->add_sequence(none);
+  for (int32_t pos = 0; pos < 4; ++pos) ASSERT_TRUE(insert_key(*cache, a, 0, 0, pos, 0.0f).ok());
+  ASSERT_TRUE(insert_key(*cache, a, 0, 1, 0, 0.0f).ok());
+  ASSERT_TRUE(insert_key(*cache, a, 0, 1, 1, 0.0f).ok());
+  EXPECT_EQ(cache->free_pages(), 0);
+  EXPECT_EQ(cache->pages_needed(a, 1), 2);  // both heads' pages are full
+  const CacheStats before = cache->stats();
+  const absl::Status full = insert_key(*cache, a, 0, 1, 2, 0.0f);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("exhausted"), std::string_view::npos) << full;
+  const CacheStats after = cache->stats();
+  EXPECT_EQ(after.pages_in_use, before.pages_in_use);
+  EXPECT_EQ(after.live_slots, before.live_slots);
+  EXPECT_EQ(after.full_cache_keys, before.full_cache_keys);
+  EXPECT_EQ(live_positions(*cache, a, 0, 1), (std::set<int32_t>{0, 1}));
+  expect_consistent(*cache, {{a, 4 + 2}});
+  // The failed position can be retried once there is room; another sequence gets the pages back.
+  const SeqId b = *cache->add_sequence(none);
+  EXPECT_EQ(insert_key(*cache, b, 0, 0, 0, 0.0f).code(), absl::StatusCode::kResourceExhausted);
+  cache->release(a);
+  EXPECT_EQ(cache->free_pages(), 3);
+  EXPECT_TRUE(insert_key(*cache, b, 0, 0, 0, 0.0f).ok());
+  expect_consistent(*cache, {{b, 1}});
+}
+
+TEST(Pool, PagesNeededCountsFreeSlotsPerStream) {
+  const CacheShape shape{.n_layers = 2, .n_heads = 2, .head_dim = 2, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 64);
+  const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
+  EXPECT_EQ(cache->pages_needed(seq, 1), 4);
+  EXPECT_EQ(cache->pages_needed(seq, 9), 12);
+  ASSERT_TRUE(insert_key(*cache, seq, 0, 0, 0, 0.0f).ok());
+  EXPECT_EQ(cache->pages_needed(seq, 3), 3);  // stream (0, 0) has 3 free slots
+  EXPECT_EQ(cache->pages_needed(seq, 4), 4);
+  EXPECT_EQ(cache->pages_needed(seq, 0), 0);
+  EXPECT_EQ(cache->pages_needed(12345, 4), 0);
+}
+
+TEST(Pool, BadInputIsAClearError) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 2, .page_slots = 4};
+  EXPECT_EQ(KvCache::create({.n_layers = 0, .n_heads = 1, .head_dim = 2}, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvCache::create(shape, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvCache::create(shape, int64_t{1} << 40).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto cache = testing::make_cache(shape, 4);
+  const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
+  const auto k = key_data(2, 0, 1.0f);
+  EXPECT_EQ(cache->insert(seq + 1, 0, 0, 0, 0.0f, k.data(), k.data()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache->insert(seq, 1, 0, 0, 0.0f, k.data(), k.data()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->insert(seq, 0, 0, 0, std::nanf(""), k.data(), k.data()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->insert(seq, 0, 0, 0, 0.0f, nullptr, k.data()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cache->insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).ok());
+  EXPECT_EQ(cache->insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->evict_for_step(seq, 3, 0, -1e9f, 1.0f, 6), 0);
+  EXPECT_EQ(cache->evict_for_step(seq + 7, 0, 0, -1e9f, 1.0f, 6), 0);
+  EXPECT_TRUE(cache->pages(seq, 0, 9).empty());
+  EXPECT_EQ(cache->page(-1).pos, nullptr);
+  EXPECT_EQ(cache->page(4).pos, nullptr);
+  cache->release(seq + 100);  // unknown: ignored
+  expect_consistent(*cache, {{seq, 6}});
+}
+
+TEST(Pool, BetaZeroNeverEvictsEvenInfiniteLevels) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 2, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 4);
+  const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
+  const float inf = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(insert_key(*cache, seq, 0, 0, 0, inf).ok());
+  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, -inf, 0.0f, 1), 0);
+  EXPECT_EQ(cache->evict_for_chunk(seq, 0, 0, -inf, -1.0f, 4), 0);
+  EXPECT_EQ(cache->sequence_stats(seq).live_keys, 1);
+  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 0.0f, 1.0f, 5), 1);  // inf - 0 >= 20
+}
+
+TEST(Storage, SizesAndDeviceOnlyMode) {
+  const CacheShape shape{.n_layers = 2, .n_heads = 4, .head_dim = 64, .page_slots = 16};
+  auto host = testing::make_cache(shape, 10);
+  EXPECT_EQ(host->stats().bytes_per_key, 2 * 64 * 4 + 16);
+  EXPECT_EQ(host->stats().pages_total, 10);
+  const int64_t page_bytes = 16 * (2 * 64 * 4 + 16);
+  EXPECT_EQ(KvCache::pages_for_bytes(shape, 100 * page_bytes), 100);
+  EXPECT_EQ(KvCache::pages_for_bytes(shape, page_bytes - 1), 0);
+  EXPECT_EQ(KvCache::pages_for_bytes(CacheShape{}, 1 << 20), 0);
+
+  auto device = testing::make_cache(shape, 10, /*host_storage=*/false);
+  const SeqId seq = *device->add_sequence(fpa_policy(20.0f));
+  const auto ref = device->insert(seq, 1, 3, 0, 2.5f, nullptr, nullptr);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const PageView v = device->page(ref->page);
+  EXPECT_EQ(v.k, nullptr);
+  EXPECT_EQ(v.v, nullptr);
+  EXPECT_EQ(v.lvl[ref->slot], 2.5f);
+  EXPECT_EQ(v.pos[ref->slot], 0);
+  EXPECT_EQ(device->stats().bytes_held(), 16 * (2 * 64 * 4 + 16));
+  EXPECT_EQ(device->stats().bytes_full(), 2 * 64 * 4 + 16);
+}
+
+TEST(Storage, HostPagesAreAlignedStructureOfArrays) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 8, .page_slots = 16};
+  auto cache = testing::make_cache(shape, 3);
+  const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
+  std::vector<float> k(8), v(8);
+  for (int i = 0; i < 8; ++i) k[i] = float(i), v[i] = float(-i);
+  const auto ref = cache->insert(seq, 0, 0, 0, 1.0f, k.data(), v.data(), 7.0f);
+  ASSERT_TRUE(ref.ok());
+  const PageView view = cache->page(ref->page);
+  for (const void* p : {static_cast<const void*>(view.k), static_cast<const void*>(view.v),
+                        static_cast<const void*>(view.lvl), static_cast<const void*>(view.m),
+                        static_cast<const void*>(view.acc), static_cast<const void*>(view.pos)}) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  }
+  EXPECT_TRUE(std::equal(k.begin(), k.end(), view.k + ref->slot * 8));
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), view.v + ref->slot * 8));
+  EXPECT_EQ(view.m[ref->slot], 7.0f);
+  EXPECT_EQ(view.acc[ref->slot], 0.0f);
+}
+
+TEST(Policies, ParseNameAndValidate) {
+  for (Policy p : {Policy::kFpa, Policy::kNone, Policy::kWindow, Policy::kSinks, Policy::kH2O}) {
+    EXPECT_EQ(*parse_policy(policy_name(p)), p);
+  }
+  const auto bad = parse_policy("lru");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("lru"), std::string_view::npos);
+
+  auto cache = testing::make_cache({.n_layers = 1, .n_heads = 1, .head_dim = 2}, 2);
+  auto rejected = [&](auto edit) {
+    PolicyConfig p;
+    edit(p);
+    return cache->add_sequence(p).status().code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.tau = 0.0f; }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.tau = std::nanf(""); }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kWindow, p.budget_fraction = 0; }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kH2O, p.budget_fraction = 2; }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kWindow, p.min_budget = 0; }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kSinks, p.sink_tokens = 8; }));
+  EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kH2O, p.h2o_recent_share = 2; }));
+  EXPECT_EQ(cache->stats().sequences, 0);
+}
+
+// Random traffic over several sequences and every policy on a tight pool: a runner's loop
+// (pages_needed, then evict and insert), chunks, compaction, releases. The recount must equal the
+// statistics after every operation, and everything returns to the pool at the end.
+TEST(Pool, NoLeaksUnderRandomTraffic) {
+  const CacheShape shape{.n_layers = 2, .n_heads = 2, .head_dim = 2, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 48);
+  std::mt19937 rng(3);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Seq {
+    int32_t next = 0;
+    std::vector<float> phi = std::vector<float>(4, 0.0f);
+    int64_t full = 0;  // sum over streams of last position + 1
+    std::vector<int32_t> full_last = std::vector<int32_t>(4, -1);
+  };
+  std::map<SeqId, Seq> seqs;
+  int64_t inserted = 0, evicted = 0, released = 0, exhausted = 0;
+  auto full_keys = [&] {
+    std::map<SeqId, int64_t> out;
+    for (const auto& [id, s] : seqs) out[id] = s.full;
+    return out;
+  };
+  auto step = [&](SeqId id, Seq& s, int n) {
+    const bool fits = cache->pages_needed(id, n) <= cache->free_pages();
+    for (int st = 0; st < 4; ++st) {
+      const int l = st / 2, h = st % 2;
+      std::vector<float> phi;
+      for (int i = 0; i < n; ++i) phi.push_back(s.phi[st] += normal(rng));
+      const float min_phi = *std::min_element(phi.begin(), phi.end());
+      evicted += n == 1 ? cache->evict_for_step(id, l, h, phi[0], 0.5f, s.next)
+                        : cache->evict_for_chunk(id, l, h, min_phi, 0.5f, s.next - 1);
+      for (int i = 0; i < n; ++i) {
+        const absl::Status ok = insert_key(*cache, id, l, h, s.next + i, phi[i] + normal(rng));
+        if (ok.ok()) {
+          ++inserted;
+          s.full += int64_t{s.next + i} + 1 - (s.full_last[st] + 1);
+          s.full_last[st] = s.next + i;
+        } else {
+          ASSERT_FALSE(fits) << "pages_needed promised room: " << ok;
+          ASSERT_EQ(ok.code(), absl::StatusCode::kResourceExhausted);
+          ++exhausted;
+        }
+      }
+    }
+    s.next += n;
+  };
+  for (int op = 0; op < 4000; ++op) {
+    const int what = pick(20);
+    if (seqs.size() < 2 || (what == 0 && seqs.size() < 6)) {
+      PolicyConfig p;
+      p.policy = static_cast<Policy>(pick(5));
+      p.tau = 2.0f;
+      p.budget_fraction = 0.3f;
+      p.min_budget = 3;
+      p.sink_tokens = 2;
+      const auto id = cache->add_sequence(p);
+      ASSERT_TRUE(id.ok()) << id.status();
+      seqs[*id];
+    } else if (what == 1) {
+      auto it = std::next(seqs.begin(), pick(static_cast<int>(seqs.size())));
+      released += cache->sequence_stats(it->first).live_keys;
+      cache->release(it->first);
+      seqs.erase(it);
+    } else if (what == 2) {
+      const SeqId id = std::next(seqs.begin(), pick(static_cast<int>(seqs.size())))->first;
+      cache->compact(id, pick(2), pick(2), {});
+    } else {
+      auto it = std::next(seqs.begin(), pick(static_cast<int>(seqs.size())));
+      step(it->first, it->second, what < 6 ? 1 + pick(8) : 1);
+      if (HasFatalFailure()) return;
+    }
+    expect_consistent(*cache, full_keys());
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(exhausted, 0) << "the pool should run dry sometimes";
+  EXPECT_EQ(cache->stats().evicted_slots, evicted);
+  EXPECT_GT(evicted, 1000);
+  const int64_t live = cache->stats().live_slots;
+  for (const auto& [id, s] : seqs) cache->release(id);
+  const CacheStats end = cache->stats();
+  EXPECT_EQ(end.pages_in_use, 0);
+  EXPECT_EQ(end.live_slots, 0);
+  EXPECT_EQ(end.full_cache_keys, 0);
+  EXPECT_EQ(end.sequences, 0);
+  EXPECT_EQ(cache->free_pages(), 48);
+  EXPECT_EQ(inserted, evicted + released + live);
+}
+
+}  // namespace
+}  // namespace fpa::cache
