@@ -159,7 +159,7 @@ def health_probe_binary():
     return path if path.exists() else None
 
 
-def test_model_dir():
+def model_for_tests():
     """The shipped model when it is there, else the small random-weight test model."""
     for candidate in ("models/fpa-tiny", "tests/vectors/fpa_free"):
         if (REPO / candidate / "model.safetensors").exists():

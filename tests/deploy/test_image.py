@@ -1,0 +1,235 @@
+"""The container image without a Docker engine (none runs here): the Dockerfile linted and
+parsed; its build stages' CMake targets and paths checked against a real build; its runtime
+package list checked against the shared libraries the built binaries load; and the runtime
+stage rebuilt as a root filesystem from exactly those Debian packages, the binaries and the
+model, where fpa-serve runs as the image's user with the image's command line and passes the
+image's own HEALTHCHECK."""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from deploy_env import (BUILD, Process, dockerfile_facts, flag_values, free_port, grpc_port,
+                        health_probe_binary, healthcheck_command, instructions, metrics_port,
+                        scrape, serving_flags, stage, model_for_tests, fpa_serve_binary,
+                        wait_until)
+
+HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
+# In every Debian image (debian:12-slim included) before any package is added.
+BASE_PACKAGES = {"libc6"}
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return dockerfile_facts()
+
+
+@pytest.fixture(scope="module")
+def runtime(facts):
+    return stage(facts, "runtime")
+
+
+def binaries():
+    serve, probe = fpa_serve_binary(), health_probe_binary()
+    if serve is None or probe is None:
+        pytest.skip(f"fpa-serve or fpa-health-probe not built in {BUILD} yet")
+    return serve, probe
+
+
+def entrypoint_and_cmd(runtime):
+    (entrypoint,) = instructions(runtime, "ENTRYPOINT")
+    (cmd,) = instructions(runtime, "CMD")
+    assert entrypoint["json"] and cmd["json"], "ENTRYPOINT and CMD must be exec (JSON) form"
+    return entrypoint["json"], cmd["json"]
+
+
+def runtime_packages(runtime):
+    """Packages that the runtime stage's `apt-get install` names."""
+    packages = []
+    for run in instructions(runtime, "RUN"):
+        args = run["args"]
+        for i in range(len(args) - 1):
+            if args[i:i + 2] == ["apt-get", "install"]:
+                for word in args[i + 2:]:
+                    if word in ("&&", ";"):
+                        break
+                    if not word.startswith("-") and word != "\\":
+                        packages.append(word)
+    return packages
+
+
+def test_dockerfile_lints_clean(facts):
+    assert facts["problems"] == []
+
+
+def test_final_stages_are_the_runtime_with_each_build(facts):
+    assert {s["name"]: s["from"] for s in facts["stages"] if s["name"] in ("cpu", "cuda")} == {
+        "cpu": "runtime", "cuda": "runtime"}
+    for variant in ("cpu", "cuda"):
+        (copy,) = instructions(stage(facts, variant), "COPY")
+        assert copy["args"][0] == "/out/" and copy["args"][1] == "/usr/local/bin/"
+    assert stage(facts, "runtime")["from"].startswith("${DEBIAN_SLIM_IMAGE}")
+
+
+def test_runtime_stage_runs_as_non_root_with_the_contract_ports(runtime):
+    (user,) = instructions(runtime, "USER")
+    uid, gid = user["args"][0].split(":")
+    assert int(uid) >= 1000 and int(gid) >= 1000, "numeric non-root, so runAsNonRoot can verify"
+    (expose,) = instructions(runtime, "EXPOSE")
+    assert sorted(map(int, expose["args"])) == sorted([grpc_port(), metrics_port()])
+    (signal_,) = instructions(runtime, "STOPSIGNAL")
+    assert signal_["args"] == ["SIGTERM"]  # starts the server's drain
+    entrypoint, cmd = entrypoint_and_cmd(runtime)
+    assert entrypoint == ["/usr/local/bin/fpa-serve"]
+    flags = flag_values(cmd)
+    assert set(flags) <= set(serving_flags())
+    assert flags["--address"] == serving_flags()["--address"]
+    assert flags["--metrics-address"] == serving_flags()["--metrics-address"]
+    model_copies = [c["args"][1] for c in instructions(runtime, "COPY")]
+    assert flags["--model"] in model_copies, "the baked-in model is the one served"
+
+
+def test_healthcheck_asks_the_grpc_health_service(runtime):
+    command = healthcheck_command(runtime)
+    assert command[0] == "/usr/local/bin/fpa-health-probe"
+    flags = flag_values(command[1:])
+    assert flags["--address"] == f"127.0.0.1:{grpc_port()}"
+    assert flags["--service"] in HEALTH_SERVICES
+
+
+def build_runs(facts, name):
+    return " ".join(" ".join(r["args"]) for r in instructions(stage(facts, name), "RUN"))
+
+
+def test_build_stages_build_real_targets_to_real_paths(facts):
+    serve, probe = binaries()
+    targets = subprocess.run(["cmake", "--build", str(BUILD), "--target", "help"],
+                             capture_output=True, text=True, timeout=120).stdout
+    known = {line.split(":")[0] for line in targets.splitlines()}
+    for name in ("build-cpu", "build-cuda"):
+        run = build_runs(facts, name)
+        wanted = re.search(r"--target ((?:[\w-]+ ?)+)", run).group(1).split()
+        assert set(wanted) <= known, f"{name}: {set(wanted) - known} are no CMake targets"
+        assert "-DFPA_NATIVE=OFF" in run, f"{name}: -march=native would tie the image to one CPU"
+        # The stage copies fpa-serve from the path the build really puts it at.
+        assert f"build/{serve.relative_to(BUILD)}" in run.split()
+    assert probe.name == "fpa-health-probe"
+
+
+def shared_library_packages(binary):
+    """Debian packages owning the shared libraries that `binary` loads."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    paths = re.findall(r"=> (/\S+)", out) + re.findall(r"^\s*(/\S+) \(", out, re.M)
+    packages = set()
+    for path in paths:
+        # Alternatives (libblas.so.3, libopenblas.so.0) belong to whoever provides the target.
+        owner = subprocess.run(["dpkg", "-S", os.path.realpath(path)], capture_output=True,
+                               text=True)
+        assert owner.returncode == 0, f"no Debian package owns {path}: {owner.stderr}"
+        packages |= {p.split(":")[0] for p in owner.stdout.split(":", 1)[0].split(", ")}
+    return packages
+
+
+def test_runtime_packages_are_exactly_what_the_binaries_load(runtime):
+    needed = set()
+    for binary in binaries():
+        needed |= shared_library_packages(binary)
+    listed = set(runtime_packages(runtime))
+    assert needed - BASE_PACKAGES <= listed, f"missing from the runtime stage: {needed - listed}"
+    assert listed <= needed, f"installed but not loaded: {listed - needed}"
+
+
+def package_files(package):
+    out = subprocess.run(["dpkg", "-L", package], capture_output=True, text=True, check=True)
+    skip = ("/usr/share/doc", "/usr/share/man", "/usr/share/lintian", "/usr/share/locale")
+    return [p for p in out.stdout.splitlines()
+            if p.startswith("/") and not p.startswith(skip)
+            and (os.path.islink(p) or os.path.isfile(p))]
+
+
+def place(src, rootfs, dest=None):
+    """Copies src (a file or a symlink, as is) to rootfs + dest."""
+    target = rootfs / (dest or src).lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(target):
+        return
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), target)
+    else:
+        shutil.copy2(src, target)
+
+
+def assemble_rootfs(rootfs, runtime, serve, probe, model):
+    """The runtime stage as a directory: Debian 12's merged-/usr layout, the files of the
+    packages it installs (plus the base's libc6), the alternatives links their maintainer
+    scripts would make, the binaries, the model, and the image's user."""
+    for top in ("bin", "sbin", "lib", "lib64"):
+        (rootfs / "usr" / top).mkdir(parents=True, exist_ok=True)
+        os.symlink(f"usr/{top}", rootfs / top)
+    for package in sorted(BASE_PACKAGES | set(runtime_packages(runtime))):
+        for path in package_files(package):
+            place(path, rootfs)
+    for binary in (serve, probe):
+        place(str(binary), rootfs, f"/usr/local/bin/{binary.name}")
+        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+        for path in re.findall(r"=> (/\S+)", out):
+            real = os.path.realpath(path)
+            if not os.path.lexists(rootfs / path.lstrip("/")) and (rootfs / real.lstrip("/")).exists():
+                (rootfs / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(real, rootfs / path.lstrip("/"))
+    (model_copy,) = [c for c in instructions(runtime, "COPY") if c["args"][0] == "${MODEL_DIR}"]
+    shutil.copytree(model, rootfs / model_copy["args"][1].lstrip("/"))
+    (user,) = instructions(runtime, "USER")
+    uid, gid = user["args"][0].split(":")
+    (rootfs / "etc").mkdir(exist_ok=True)
+    (rootfs / "etc/passwd").write_text(
+        f"root:x:0:0:root:/root:/bin/sh\nfpa:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n")
+    (rootfs / "etc/group").write_text(f"root:x:0:\nfpa:x:{gid}:\n")
+    (rootfs / "tmp").mkdir(mode=0o1777)
+    return f"{uid}:{gid}"
+
+
+def in_rootfs(rootfs, userspec, argv):
+    """argv run as userspec inside rootfs. chroot execs it, so the child's pid is the
+    program's own and SIGTERM reaches it as `docker stop` would. No /proc, /sys or /dev is
+    mounted: stricter than a container, which has them."""
+    return ["chroot", f"--userspec={userspec}", str(rootfs), *argv]
+
+
+def with_loopback_ports(args, grpc, metrics):
+    """The image's arguments with its listen addresses moved to free loopback ports."""
+    out = []
+    for arg in args:
+        out.append(arg.replace(f"0.0.0.0:{grpc_port()}", f"127.0.0.1:{grpc}")
+                   .replace(f"0.0.0.0:{metrics_port()}", f"127.0.0.1:{metrics}")
+                   .replace(f"127.0.0.1:{grpc_port()}", f"127.0.0.1:{grpc}"))
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
+def test_runtime_rootfs_serves_as_the_image_user_and_passes_its_healthcheck(runtime, tmp_path):
+    serve, probe = binaries()
+    model = model_for_tests()
+    if model is None:
+        pytest.skip("no model yet (models/fpa-tiny or tests/vectors/fpa_free)")
+    rootfs = tmp_path / "rootfs"
+    userspec = assemble_rootfs(rootfs, runtime, serve, probe, model)
+    os.chmod(rootfs, 0o755)
+    entrypoint, cmd = entrypoint_and_cmd(runtime)
+    grpc, metrics = free_port(), free_port()
+    argv = with_loopback_ports(entrypoint + cmd + ["--threads", "1"], grpc, metrics)
+    healthcheck = with_loopback_ports(healthcheck_command(runtime), grpc, metrics)
+    with Process(in_rootfs(rootfs, userspec, argv), tmp_path / "serve.log") as server:
+        def healthy():
+            check = subprocess.run(in_rootfs(rootfs, userspec, healthcheck),
+                                   capture_output=True, text=True, timeout=30)
+            return check.returncode == 0 and check.stdout.strip() == "SERVING"
+        wait_until(healthy, "the image's HEALTHCHECK", server, timeout=120)
+        assert "fpa_requests_running" in scrape(f"http://127.0.0.1:{metrics}/metrics")
+        started = time.monotonic()
+        assert server.terminate(timeout=15) == 0, server.log_text()
+        assert time.monotonic() - started < 15
