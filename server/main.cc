@@ -11,9 +11,9 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "prometheus/exposer.h"
 #include "server/engine/model_runner.h"
 #include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/options.h"
 #include "server/scheduler.h"
 #include "server/service.h"
@@ -71,15 +71,12 @@ int serve(const ServeOptions& o) {
   ModelRunner runner(**model, **kv, std::move(*backend));
 
   ServerMetrics metrics(**kv);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(o.metrics_address);
-  } catch (const std::exception& e) {
-    std::cerr << "fpa-serve: cannot serve metrics on " << o.metrics_address << ": " << e.what()
-              << "\n";
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http =
+      MetricsHttpServer::start(o.metrics_address, metrics.collectable());
+  if (!metrics_http.ok()) {
+    std::cerr << "fpa-serve: metrics: " << metrics_http.status().message() << "\n";
     return 1;
   }
-  exposer->RegisterCollectable(metrics.collectable());
 
   Scheduler scheduler(runner, {o.max_batch, o.max_queue, o.prefill_chunk}, &metrics);
   ServiceInfo info;
@@ -108,7 +105,7 @@ int serve(const ServeOptions& o) {
             << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages\n"
             << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
             << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
-            << exposer->GetListeningPorts().at(0) << " (metrics)" << std::endl;
+            << (*metrics_http)->port() << " (metrics)" << std::endl;
 
   sigset_t signals = stop_signals();
   int sig = 0;

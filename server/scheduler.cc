@@ -271,7 +271,7 @@ void Scheduler::complete(Active& a, absl::Status status) {
     c.usage.peak_live_keys = s.peak_live_keys;
     c.usage.live_fraction = s.length > 0 ? s.live_fraction() : 0.0;
     c.usage.cache_bytes_held = s.pages * shape.page_slots * all.bytes_per_key;
-    c.usage.cache_bytes_full = s.length * shape.n_layers * shape.n_heads * all.bytes_per_key;
+    c.usage.cache_bytes_full = s.full_keys * all.bytes_per_key;
     runner_.finish(a.seq);
     a.seq = -1;
     if (metrics_ != nullptr && s.length > 0) metrics_->observe_live_fraction(c.usage.live_fraction);
