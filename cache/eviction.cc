@@ -21,18 +21,18 @@ bool dead_by_own_minimum(const PageTable& table, int32_t gslot, float threshold)
 // Moves pending keys with pos <= `up_to` into the level order (or `dead`); the rest stay pending.
 void flush_pending(PageTable& table, Stream& stream, float threshold, int32_t up_to,
                    std::vector<int32_t>& dead) {
-  std::vector<int32_t> kept;
+  size_t kept = 0;
   for (int32_t gslot : stream.pending) {
     if (table.pos(gslot) > up_to) {
-      table.where(gslot) = pending_where(kept.size());
-      kept.push_back(gslot);
+      table.where(gslot) = pending_where(kept);
+      stream.pending[kept++] = gslot;
     } else if (dead_by_own_minimum(table, gslot, threshold)) {
       dead.push_back(gslot);
     } else {
       stream.order.push(table.lvl(gslot), gslot);
     }
   }
-  stream.pending = std::move(kept);
+  stream.pending.resize(kept);
 }
 
 // Pops every key whose level lies at least `threshold` above `phi`. Float subtraction is monotone
@@ -48,7 +48,8 @@ int evict_fpa(PageTable& table, Stream& stream, const PolicyConfig& policy, floa
               int32_t old_up_to) {
   // beta <= 0 (or NaN) never evicts: a NaN threshold fails every comparison, even for lvl = +inf.
   const float threshold = beta > 0.0f ? policy.tau / beta : std::numeric_limits<float>::quiet_NaN();
-  std::vector<int32_t> dead;
+  std::vector<int32_t>& dead = stream.scratch;
+  dead.clear();
   flush_pending(table, stream, threshold, old_up_to, dead);
   pop_above(stream, phi, threshold, dead);
   flush_pending(table, stream, threshold, std::numeric_limits<int32_t>::max(), dead);
@@ -89,7 +90,8 @@ std::vector<int32_t> h2o_victims(const PageTable& table, const Stream& stream, i
 // Frees keys until at most `target` remain; `newest` is the position the budget is taken at.
 int evict_to_budget(PageTable& table, Stream& stream, const PolicyConfig& policy, int64_t target,
                     int32_t newest) {
-  std::vector<int32_t> dead;
+  std::vector<int32_t>& dead = stream.scratch;
+  dead.clear();
   if (policy.policy == Policy::kH2O) {
     const int64_t budget = budget_for_length(policy, int64_t{newest} + 1);
     dead = h2o_victims(table, stream, stream.pages.live - target, newest,

@@ -22,8 +22,9 @@ struct Stream {
   // fpa: keys inserted since the last eviction call; they join `order` once the field they must
   // be judged against is known (see evict_chunk).
   std::vector<int32_t> pending;
-  int32_t last_pos = -1;  // last inserted position
-  int32_t horizon = -1;   // last position whose field value eviction has applied
+  std::vector<int32_t> scratch;  // reused for the slots an eviction call frees
+  int32_t last_pos = -1;         // last inserted position
+  int32_t horizon = -1;          // last position whose field value eviction has applied
   float last_phi = 0.0f;
 };
 
