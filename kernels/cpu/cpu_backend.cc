@@ -238,23 +238,29 @@ void CpuBackend::attend(int l, const Batch& b) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
   const std::vector<float>& beta = model_.layers()[l].beta;
   const int page_slots = cache_.shape().page_slots;
-  cpu::parallel_for(static_cast<int>(b.items.size()) * nh, threads_, [&](int s) {
-    const size_t i = s / nh;
-    const int h = s % nh;
-    const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
-    const long off = b.offset[i];
-    const long col = off * width() + h * hd;
-    const cpu::CachedKeys keys{pages_[s], page_slots};
-    if (b.len(i) == 1) {
-      cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd, keys,
-                            o_.data() + col);
-      return;
-    }
-    const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
-                           width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
-                           b.len(i)};
-    cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
-  });
+  long work = 0;  // multiply-adds: queries x keys x head_dim
+  for (size_t s = 0; s < pages_.size(); ++s) {
+    const long len = b.len(s / nh);
+    work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * hd;
+  }
+  cpu::parallel_for(
+      static_cast<int>(b.items.size()) * nh, cpu::threads_for(work, threads_), [&](int s) {
+        const size_t i = s / nh;
+        const int h = s % nh;
+        const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
+        const long off = b.offset[i];
+        const long col = off * width() + h * hd;
+        const cpu::CachedKeys keys{pages_[s], page_slots};
+        if (b.len(i) == 1) {
+          cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd,
+                                keys, o_.data() + col);
+          return;
+        }
+        const cpu::Chunk chunk{
+            q_.data() + col,           k_.data() + col,           v_.data() + col, width(),
+            phi_.data() + h * n + off, lvl_.data() + h * n + off, b.len(i)};
+        cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
+      });
 }
 
 // Prompt chunks, after attending: every chunk key goes in with m = the suffix-min of phi after

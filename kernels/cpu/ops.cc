@@ -13,6 +13,7 @@ void use_single_threaded_blas() { openblas_set_num_threads(1); }
 
 void linear(const float* x, int n, const Matrix& w, float* y, int threads, bool accumulate) {
   const float beta = accumulate ? 1.0f : 0.0f;
+  threads = threads_for(static_cast<long>(n) * w.rows * w.cols, threads);
   // Blocks of output features, a multiple of 16 wide, one per thread.
   const int blocks = std::max(1, std::min(threads, w.rows / 16));
   const int width = ((w.rows + blocks - 1) / blocks + 15) / 16 * 16;

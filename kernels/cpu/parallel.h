@@ -4,6 +4,12 @@
 
 namespace fpa::cpu {
 
+// Multiply-adds below which a loop stays on one thread: waking the others costs more, and far
+// more on a busy machine where a descheduled thread stalls the whole barrier.
+inline constexpr long kMinParallelWork = 1L << 20;
+
+inline int threads_for(long work, int threads) { return work >= kMinParallelWork ? threads : 1; }
+
 // Calls f(i) for i in [0, n) on up to `threads` threads (in the caller when threads <= 1).
 template <class F>
 void parallel_for(int n, int threads, const F& f) {

@@ -1,0 +1,185 @@
+// The model runner over the CPU backend and a real paged cache: batched decode equals solo
+// generation, an exhausted pool is a clean error with nothing changed, samplers are seeded.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "server/engine/model_runner.h"
+#include "tests/engine/model_files.h"
+
+namespace fpa {
+namespace {
+
+class RunnerTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { build(4096); }
+
+  void build(int64_t pages) {
+    runner_.reset();
+    testing::write_model(dir_.path(), testing::random_model(GetParam(), "free", 5));
+    auto model = Model::load(dir_.path());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    const ModelConfig& c = model_->config();
+    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 4}, pages);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+    auto backend = make_cpu_backend(*model_, *cache_, 2);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *std::move(backend));
+  }
+
+  static std::vector<int32_t> prompt(int n, int salt) {
+    std::vector<int32_t> p(n);
+    for (int i = 0; i < n; ++i) p[i] = (i * 37 + salt * 11) % 256;
+    p[0] = 256;
+    return p;
+  }
+
+  static int32_t argmax(std::span<const float> logits) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<cache::KvCache> cache_;
+  std::unique_ptr<ModelRunner> runner_;
+  const cache::PolicyConfig fpa_{.policy = cache::Policy::kFpa, .tau = 4.0f};
+};
+
+// Three sequences at different positions, stepped together (one still prefilling while the
+// others decode), give exactly the tokens each gets alone.
+TEST_P(RunnerTest, BatchedStepsEqualSoloGeneration) {
+  const int kNew = 12;
+  const std::vector<std::vector<int32_t>> prompts = {prompt(5, 1), prompt(23, 2), prompt(40, 3)};
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& p : prompts) {
+    auto out = runner_->generate(p, {}, kNew, fpa_, /*prefill_chunk=*/16);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), static_cast<size_t>(kNew));
+    solo.push_back(*out);
+  }
+  EXPECT_EQ(cache_->stats().pages_in_use, 0);  // generate releases its sequence
+
+  const int v = model_->config().vocab_size;
+  std::vector<cache::SeqId> seqs;
+  std::vector<size_t> fed(3, 0);  // prompt tokens consumed
+  std::vector<std::vector<int32_t>> got(3);
+  for (int i = 0; i < 3; ++i) seqs.push_back(*runner_->start(fpa_));
+  while (got[0].size() < kNew || got[1].size() < kNew || got[2].size() < kNew) {
+    std::vector<StepInput> inputs;
+    std::vector<int> who;
+    for (int i = 0; i < 3; ++i) {
+      if (got[i].size() >= kNew) continue;
+      if (fed[i] < prompts[i].size()) {  // prefill in chunks of 16, like generate
+        const size_t n = std::min<size_t>(16, prompts[i].size() - fed[i]);
+        inputs.push_back({seqs[i], std::span(prompts[i]).subspan(fed[i], n)});
+        fed[i] += n;
+      } else {
+        inputs.push_back({seqs[i], std::span(got[i]).last(1)});
+      }
+      who.push_back(i);
+    }
+    std::vector<float> logits(inputs.size() * v);
+    ASSERT_TRUE(runner_->step(inputs, logits).ok());
+    for (size_t k = 0; k < who.size(); ++k) {
+      const int i = who[k];
+      if (fed[i] == prompts[i].size())
+        got[i].push_back(argmax(std::span(logits).subspan(k * v, v)));
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
+    EXPECT_EQ(runner_->position(seqs[i]), static_cast<int32_t>(prompts[i].size() + kNew - 1));
+    runner_->finish(seqs[i]);
+    EXPECT_EQ(runner_->position(seqs[i]), -1);
+  }
+  EXPECT_EQ(cache_->stats().pages_in_use, 0);
+}
+
+TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
+  const int64_t streams =
+      static_cast<int64_t>(model_->config().n_layers) * model_->config().n_heads;
+  build(streams * 3);  // three pages (12 keys) per stream
+  const ModelConfig& c = model_->config();
+  const cache::PolicyConfig full{.policy = cache::Policy::kNone};
+  const cache::SeqId a = *runner_->start(full);
+  const std::vector<int32_t> p = prompt(10, 4);
+  std::vector<float> logits(c.vocab_size), before(c.vocab_size);
+  ASSERT_TRUE(runner_->step(std::vector<StepInput>{{a, p}}, logits).ok());
+  const cache::SeqId b = *runner_->start(full);
+  const std::vector<StepInput> too_big = {{b, p}};
+  EXPECT_GT(runner_->pages_needed(too_big), cache_->free_pages());
+  const cache::CacheStats stats = cache_->stats();
+  std::vector<float> untouched(c.vocab_size, 7.0f);
+  const absl::Status s = runner_->step(too_big, untouched);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(runner_->position(b), 0);
+  EXPECT_EQ(cache_->stats().pages_in_use, stats.pages_in_use);
+  EXPECT_EQ(cache_->stats().live_slots, stats.live_slots);
+  EXPECT_EQ(untouched, std::vector<float>(c.vocab_size, 7.0f));
+  // A batch that fits only partly fails whole, too.
+  const int32_t next = 65;
+  const std::vector<StepInput> mixed = {{a, {&next, 1}}, {b, p}};
+  std::vector<float> two(2 * c.vocab_size);
+  EXPECT_EQ(runner_->step(mixed, two).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(runner_->position(a), 10);
+  runner_->finish(a);  // after the scheduler preempts a, b fits
+  EXPECT_TRUE(runner_->step(too_big, logits).ok());
+  EXPECT_EQ(runner_->position(b), 10);
+}
+
+TEST_P(RunnerTest, BadInputIsAnErrorNotACrash) {
+  const int v = model_->config().vocab_size;
+  std::vector<float> logits(v), two(2 * v);
+  const cache::SeqId a = *runner_->start(fpa_);
+  const int32_t bad[] = {256, 400};
+  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, bad}}, logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, {}}}, logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a + 100, bad}}, logits).code(),
+            absl::StatusCode::kNotFound);
+  const int32_t ok[] = {256, 65};
+  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, ok}, {a, ok}}, two).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, ok}}, std::span(logits).first(3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner_->position(a), 0);
+  EXPECT_FALSE(runner_->generate({}, {}, 4, fpa_).ok());
+}
+
+TEST_P(RunnerTest, SeededSamplingIsReproducible) {
+  const SamplingParams p{.temperature = 1.0f, .top_k = 40, .top_p = 0.95f, .seed = 42};
+  auto a = runner_->generate(prompt(9, 5), p, 16, fpa_);
+  auto b = runner_->generate(prompt(9, 5), p, 16, fpa_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST_P(RunnerTest, HeuristicPoliciesKeepTheirBudget) {
+  for (cache::Policy policy :
+       {cache::Policy::kWindow, cache::Policy::kSinks, cache::Policy::kH2O}) {
+    const cache::PolicyConfig cfg{.policy = policy, .budget_fraction = 0.25f, .min_budget = 8};
+    const cache::SeqId s = *runner_->start(cfg);
+    const std::vector<int32_t> p = prompt(64, 6);
+    std::vector<float> logits(model_->config().vocab_size);
+    for (int at = 0; at < 64; at += 16) {
+      ASSERT_TRUE(
+          runner_->step(std::vector<StepInput>{{s, std::span(p).subspan(at, 16)}}, logits).ok());
+    }
+    const int32_t next = 66;
+    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, {&next, 1}}}, logits).ok());
+    const cache::SequenceStats st = cache_->sequence_stats(s);
+    EXPECT_EQ(st.length, 65);
+    // ceil(0.25 * 65) = 17 keys per stream at most.
+    EXPECT_LE(st.live_keys, 17 * model_->config().n_layers * model_->config().n_heads)
+        << cache::policy_name(policy);
+    runner_->finish(s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, RunnerTest, ::testing::Values("fpa", "fox", "softmax"));
+
+}  // namespace
+}  // namespace fpa
