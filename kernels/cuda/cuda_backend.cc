@@ -21,10 +21,6 @@ using cuda::cuda_status;
 using cuda::DeviceBuffer;
 using cuda::upload;
 
-// Warps the attention kernel aims for, and the fewest keys worth a split of their own.
-constexpr int kTargetWarps = 8192;
-constexpr int kMinKeysPerSplit = 64;
-
 // Page-locked host memory, so that field values come back while attention runs.
 class PinnedFloats {
  public:
@@ -268,8 +264,7 @@ absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> ite
 
   const int pairs = layout.rows * heads;
   const int max_keys = tables.max_count * cache_.shape().page_slots;
-  const int splits =
-      std::clamp((kTargetWarps + pairs - 1) / pairs, 1, std::max(1, max_keys / kMinKeysPerSplit));
+  const int splits = cuda::attention_splits(pairs, max_keys);
   FPA_RETURN_IF_ERROR(
       s_.partial.reserve(static_cast<size_t>(pairs) * splits * (cfg().head_dim + 2) * 4));
   cuda::AttentionArgs a;
@@ -369,8 +364,7 @@ absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqI
 
 absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t start_pos,
                                                     int n_tokens, float phi_step, int keep_last) {
-  keep_last = std::clamp(keep_last, 0, n_tokens);
-  if (cache_.pages_needed(seq, keep_last) > cache_.free_pages()) {
+  if (cache_.pages_needed(seq, std::min(keep_last, n_tokens)) > cache_.free_pages()) {
     return absl::ResourceExhaustedError("KV cache too small for the synthetic context");
   }
   const int page_slots = cache_.shape().page_slots;
@@ -378,21 +372,18 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
   for (int l = 0; l < cfg().n_layers; ++l) {
     for (int h = 0; h < cfg().n_heads; ++h) {
       const float phi0 = cache_.last_phi(seq, l, h);
-      const float phi_end = phi0 + phi_step * n_tokens;
-      for (int t = n_tokens - keep_last; t < n_tokens; ++t) {
-        const float lvl = phi0 + phi_step * (t + 1);
-        // The walk is monotone: its minimum after t is at one end of (t, n_tokens].
-        const float m = t + 1 == n_tokens ? std::numeric_limits<float>::infinity()
-                                          : std::min(phi0 + phi_step * (t + 2), phi_end);
+      for (const cuda::SyntheticKey& key :
+           cuda::synthetic_walk(n_tokens, phi0, phi_step, keep_last)) {
+        const int32_t pos = start_pos + key.offset;
         const size_t before = cache_.pages(seq, l, h).size();
         absl::StatusOr<cache::SlotRef> slot =
-            cache_.insert(seq, l, h, start_pos + t, lvl, nullptr, nullptr, m);
+            cache_.insert(seq, l, h, pos, key.lvl, nullptr, nullptr, key.m);
         if (!slot.ok()) return slot.status();
         if (cache_.pages(seq, l, h).size() > before) u.reset_pages.push_back(slot->page);
         u.writes.push_back(
-            cuda::KeyWrite{slot->page * page_slots + slot->slot, 0, h, start_pos + t, lvl, m});
+            cuda::KeyWrite{slot->page * page_slots + slot->slot, 0, h, pos, key.lvl, key.m});
       }
-      cache_.set_last_phi(seq, l, h, phi_end);
+      cache_.set_last_phi(seq, l, h, phi0 + phi_step * n_tokens);
     }
   }
   FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));

@@ -49,6 +49,16 @@ struct AttentionArgs {
   float* partial = nullptr;  // [rows][n_heads][splits][head_dim + 2]
   float* out = nullptr;      // [rows][n_heads * head_dim]
 };
+// How many parts each (row, head) splits its cached keys into: enough warps to fill the device,
+// never fewer than 64 keys a part.
+inline int attention_splits(int pairs, int max_keys) {
+  constexpr int kTargetWarps = 8192;
+  constexpr int kMinKeysPerSplit = 64;
+  const int want = (kTargetWarps + pairs - 1) / pairs;
+  const int most = max_keys / kMinKeysPerSplit > 1 ? max_keys / kMinKeysPerSplit : 1;
+  return want < 1 ? 1 : (want > most ? most : want);
+}
+
 // Attention of every row over its sequence's cached keys and its own chunk's keys up to itself,
 // then the split combine, then (prompt chunks) the cached keys' m update and dead-key marking.
 // One-token items update m and mark their dead keys in place during the attention pass.

@@ -176,4 +176,15 @@ absl::StatusOr<LayerUpdate> update_layer(std::span<const ForwardItem> items,
   return update;
 }
 
+std::vector<SyntheticKey> synthetic_walk(int n_tokens, float phi0, float phi_step, int keep_last) {
+  std::vector<SyntheticKey> keys;
+  const float phi_end = phi0 + phi_step * n_tokens;
+  for (int t = std::max(0, n_tokens - keep_last); t < n_tokens; ++t) {
+    // The walk is monotone: its minimum after t lies at one end of (t, n_tokens].
+    const float m = t + 1 == n_tokens ? kInf : std::min(phi0 + phi_step * (t + 2), phi_end);
+    keys.push_back({t, phi0 + phi_step * (t + 1), m});
+  }
+  return keys;
+}
+
 }  // namespace fpa::cuda

@@ -77,4 +77,13 @@ absl::StatusOr<LayerUpdate> update_layer(std::span<const ForwardItem> items,
                                          std::span<const float> thresholds, const FieldRows& field,
                                          cache::KvCache& cache);
 
+// Benchmarks: the last `keep_last` of n_tokens keys of a walk falling by -phi_step per token
+// from phi0, with tied levels: token offset, level and running minimum m at the end.
+struct SyntheticKey {
+  int offset;
+  float lvl;
+  float m;
+};
+std::vector<SyntheticKey> synthetic_walk(int n_tokens, float phi0, float phi_step, int keep_last);
+
 }  // namespace fpa::cuda
