@@ -21,7 +21,7 @@ import fpa_stubs  # noqa: E402
 pb, pb_grpc, health_pb, health_grpc = fpa_stubs.load()
 
 GENERATE_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "logprobs",
-                   "eviction_policy", "tau", "cache_budget_fraction", "sink_tokens")
+                   "eviction_policy", "tau", "cache_budget_fraction", "sink_tokens", "ignore_eos")
 
 
 def make_request(prompt: str | list[int], **fields) -> "pb.GenerateRequest":
@@ -52,7 +52,8 @@ class FpaClient:
         return self.stub.GenerateStream(make_request(prompt, **fields), timeout=self.timeout)
 
     def tokenize(self, text: str) -> list[int]:
-        return list(self.stub.Tokenize(pb.TokenizeRequest(text=text), timeout=self.timeout).token_ids)
+        resp = self.stub.Tokenize(pb.TokenizeRequest(text=text), timeout=self.timeout)
+        return list(resp.token_ids)
 
     def model_info(self):
         return self.stub.ModelInfo(pb.ModelInfoRequest(), timeout=self.timeout)
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
     g.add_argument("--budget", dest="cache_budget_fraction", type=float,
                    help="heuristic policies: live keys per head / length")
     g.add_argument("--sink-tokens", type=int)
+    g.add_argument("--ignore-eos", action="store_true", default=None)
     t = sub.add_parser("tokenize", help="encode text")
     t.add_argument("text")
     sub.add_parser("info", help="model and server limits")

@@ -30,7 +30,8 @@ def _generate() -> str:
                        "proto-" + digest.hexdigest()[:12])
     if not _has_stubs(out):
         os.makedirs(out, exist_ok=True)
-        subprocess.run(["protoc", "-I", PROTO_DIR, f"--python_out={out}", f"--grpc_python_out={out}",
+        subprocess.run(["protoc", "-I", PROTO_DIR, f"--python_out={out}",
+                        f"--grpc_python_out={out}",
                         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin", *PROTOS],
                        check=True)
     return out

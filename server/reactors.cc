@@ -147,7 +147,10 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
     Outgoing o = std::move(queue_.front());
     queue_.pop_front();
     while (!o.last && !queue_.empty() && !queue_.front().last) {
-      o.msg.MergeFrom(queue_.front().msg);
+      const v1::GenerateStreamResponse& next = queue_.front().msg;
+      o.msg.mutable_token_ids()->MergeFrom(next.token_ids());
+      o.msg.mutable_logprobs()->MergeFrom(next.logprobs());
+      o.msg.mutable_text()->append(next.text());
       queue_.pop_front();
     }
     writing_ = true;  // stays set after the last message: nothing follows it

@@ -25,6 +25,7 @@ struct GenerationParams {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool logprobs = false;
+  bool ignore_eos = false;
   cache::PolicyConfig policy;
 };
 

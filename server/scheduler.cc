@@ -12,8 +12,9 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // Why a request must stop now, if it must.
 absl::Status interruption(const Request& r, Clock::time_point now) {
-  if (r.cancelled) return absl::CancelledError("cancelled by the client");
+  // gRPC cancels a call whose deadline passed, so the deadline is checked first.
   if (now > r.deadline) return absl::DeadlineExceededError("deadline exceeded");
+  if (r.cancelled) return absl::CancelledError("cancelled by the client");
   return absl::OkStatus();
 }
 
@@ -243,7 +244,7 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
   if (p.logprobs) chunk.logprobs.push_back(logprob);
   chunk.text = a.text.push(chunk.ids);
 
-  if (token == runner_.model().config().eos_id) {
+  if (token == runner_.model().config().eos_id && !p.ignore_eos) {
     a.reason = FinishReason::kEos;
   } else if (std::any_of(p.stop.begin(), p.stop.end(),
                          [&](const std::string& s) { return a.text.bytes().ends_with(s); })) {

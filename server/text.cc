@@ -5,12 +5,19 @@ namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
-// Length of the valid UTF-8 character at s[0] (RFC 3629: no overlongs, no surrogates),
-// 0 when it is invalid, or -1 when s ends before the character does but could still complete.
-int char_length(std::string_view s) {
+// The UTF-8 character at the start of s (RFC 3629: no overlongs, no surrogates):
+// {n, true} for a valid one of n bytes; {n, false} for an invalid maximal subpart of n bytes
+// (one U+FFFD each, as Python and WHATWG decoders do); {0, false} when s ends inside a character
+// that could still complete.
+struct Decoded {
+  int length;
+  bool valid;
+};
+
+Decoded decode_one(std::string_view s) {
   auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
   unsigned char c = b(0);
-  if (c < 0x80) return 1;
+  if (c < 0x80) return {1, true};
   int n;
   unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
   if (c >= 0xC2 && c <= 0xDF) {
@@ -24,14 +31,14 @@ int char_length(std::string_view s) {
     if (c == 0xF0) lo = 0x90;
     if (c == 0xF4) hi = 0x8F;
   } else {
-    return 0;
+    return {1, false};
   }
   for (int i = 1; i < n; ++i) {
-    if (static_cast<size_t>(i) >= s.size()) return -1;
+    if (static_cast<size_t>(i) >= s.size()) return {0, false};
     unsigned char min = i == 1 ? lo : 0x80, max = i == 1 ? hi : 0xBF;
-    if (b(i) < min || b(i) > max) return 0;
+    if (b(i) < min || b(i) > max) return {i, false};
   }
-  return n;
+  return {n, true};
 }
 
 }  // namespace
@@ -50,15 +57,14 @@ std::string Utf8Decoder::push(std::span<const int32_t> ids) {
   }
   std::string out;
   while (emitted_ < bytes_.size()) {
-    int n = char_length(std::string_view(bytes_).substr(emitted_));
-    if (n < 0) break;  // wait for the rest of the character
-    if (n == 0) {
-      out += kReplacement;
-      n = 1;
+    Decoded d = decode_one(std::string_view(bytes_).substr(emitted_));
+    if (d.length == 0) break;  // wait for the rest of the character
+    if (d.valid) {
+      out.append(bytes_, emitted_, d.length);
     } else {
-      out.append(bytes_, emitted_, n);
+      out += kReplacement;
     }
-    emitted_ += n;
+    emitted_ += d.length;
   }
   return out;
 }

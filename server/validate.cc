@@ -116,6 +116,7 @@ absl::StatusOr<GenerationParams> to_params(const v1::GenerateRequest& req,
   if (absl::Status st = check_stop(req, p); !st.ok()) return st;
   if (absl::Status st = check_policy(req, limits, p); !st.ok()) return st;
   p.logprobs = req.logprobs();
+  p.ignore_eos = req.ignore_eos();
   return p;
 }
 

@@ -1,0 +1,74 @@
+#include "server/options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace fpa::server {
+namespace {
+
+absl::StatusOr<ServeOptions> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "fpa-serve");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ParseOptions, DefaultsMatchTheServingContract) {
+  absl::StatusOr<ServeOptions> o = parse({});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->model, "models/fpa-tiny");
+  EXPECT_EQ(o->address, "0.0.0.0:50051");
+  EXPECT_EQ(o->metrics_address, "0.0.0.0:9400");
+  EXPECT_EQ(o->cache_bytes, 268435456);
+  EXPECT_EQ(o->max_batch, 32);
+  EXPECT_EQ(o->max_queue, 256);
+  EXPECT_FALSE(o->tau.has_value());
+  EXPECT_EQ(o->drain_seconds, 30);
+}
+
+TEST(ParseOptions, BothValueForms) {
+  absl::StatusOr<ServeOptions> o = parse(
+      {"--model", "m", "--max-batch=8", "--tau", "12.5", "--cache-pages=100", "--backend", "cpu"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->model, "m");
+  EXPECT_EQ(o->max_batch, 8);
+  EXPECT_FLOAT_EQ(*o->tau, 12.5f);
+  EXPECT_EQ(*o->cache_pages, 100);
+  EXPECT_EQ(o->backend, "cpu");
+}
+
+TEST(ParseOptions, ErrorsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{{{"--max-batch", "0"}, "--max-batch"},
+                                         {{"--max-batch", "x"}, "--max-batch"},
+                                         {{"--tau", "-1"}, "--tau"},
+                                         {{"--backend", "tpu"}, "--backend"},
+                                         {{"--no-such-flag", "1"}, "--no-such-flag"},
+                                         {{"--model"}, "--model"},
+                                         {{"stray"}, "stray"}}) {
+    absl::StatusOr<ServeOptions> o = parse(c.args);
+    ASSERT_FALSE(o.ok()) << c.needle;
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(c.needle), std::string::npos) << o.status();
+  }
+}
+
+TEST(ParseOptions, HelpListsEveryFlag) {
+  absl::StatusOr<ServeOptions> o = parse({"--help"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o->help);
+  for (const char* flag :
+       {"--model", "--address", "--metrics-address", "--backend", "--cache-bytes", "--cache-pages",
+        "--page-slots", "--max-batch", "--max-queue", "--max-prompt-tokens", "--max-new-tokens",
+        "--prefill-chunk", "--tau", "--threads", "--drain-seconds"}) {
+    EXPECT_NE(usage().find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace fpa::server

@@ -1,0 +1,141 @@
+"""Generation through the daemon equals the engine's own: solo ModelRunner::generate
+(fpa-generate), the PyTorch reference decoder, and the same request alone vs in a batch of 32."""
+import concurrent.futures
+import os
+import sys
+
+import pytest
+
+from conftest import REPO, TEST_MODEL, fpa_client, solo_generate
+
+pb = fpa_client.pb
+PROMPTS = ["Hello", "The pass key is 4711. Remember it.", "a", "x" * 300,
+           "There and back again. " * 20, "\u00e9t\u00e9 \u2603"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:4])
+def test_unary_greedy_matches_engine(server, prompt):
+    resp = server.client.generate(prompt, max_new_tokens=40)
+    assert list(resp.token_ids) == solo_generate(prompt, max_new_tokens=40)
+    assert resp.usage.prompt_tokens == len(prompt.encode()) + 1
+    assert resp.usage.generated_tokens == len(resp.token_ids)
+    expected = (pb.FINISH_REASON_EOS if resp.token_ids[-1] == 257 else pb.FINISH_REASON_LENGTH)
+    assert resp.finish_reason == expected
+
+
+def test_token_id_prompt_and_sampling_match_engine(server):
+    ids = [256] + list(b"Sampling is seeded")
+    kw = dict(temperature=0.9, top_k=40, top_p=0.9, seed=1234)
+    resp = server.client.generate(ids, max_new_tokens=40, **kw)
+    assert list(resp.token_ids) == solo_generate(ids, max_new_tokens=40, **kw)
+    again = server.client.generate(ids, max_new_tokens=40, **kw)
+    assert list(again.token_ids) == list(resp.token_ids)
+
+
+def test_stream_equals_unary(server):
+    prompt = PROMPTS[4]
+    unary = server.client.generate(prompt, max_new_tokens=60, logprobs=True)
+    msgs = list(server.client.stream(prompt, max_new_tokens=60, logprobs=True))
+    final = msgs[-1]
+    assert final.finish_reason == unary.finish_reason
+    assert final.usage == unary.usage
+    assert [t for m in msgs for t in m.token_ids] == list(unary.token_ids)
+    assert "".join(m.text for m in msgs) == unary.text
+    assert [p for m in msgs for p in m.logprobs] == pytest.approx(list(unary.logprobs))
+    assert len(unary.logprobs) == len(unary.token_ids)
+    assert all(p <= 0 for p in unary.logprobs)
+    assert all(len(m.token_ids) >= 1 for m in msgs[:-1])
+
+
+def test_text_is_the_utf8_of_the_bytes(server):
+    resp = server.client.generate(PROMPTS[5], max_new_tokens=80)
+    raw = bytes(t for t in resp.token_ids if t < 256)
+    assert resp.text == raw.decode("utf-8", errors="replace")
+
+
+def test_matches_pytorch_reference(server):
+    """Teacher-forced: each greedy token is the argmax of the reference decoder (with eviction
+    at the model's tau) wherever the top two logits are not a near tie."""
+    sys.path.insert(0, os.path.join(REPO, "train"))
+    import torch
+    from export import load_model
+    from reference import decode_steps
+
+    model = load_model(TEST_MODEL)
+    prompt = "There and back again. The grass is green."
+    resp = server.client.generate(prompt, max_new_tokens=48)
+    prompt_ids = server.client.tokenize(prompt)
+    seq = prompt_ids + list(resp.token_ids)
+    logits = decode_steps(model, torch.tensor(seq), tau=model.cfg.tau)["logits"]
+    checked = 0
+    for k, token in enumerate(resp.token_ids):
+        row = logits[len(prompt_ids) - 1 + k]
+        top2 = torch.topk(row, 2).values
+        if top2[0] - top2[1] > 1e-3:
+            assert int(torch.argmax(row)) == token, f"generated token {k}"
+            checked += 1
+    assert checked >= len(resp.token_ids) // 2
+
+
+def test_stop_sequence(server):
+    full = server.client.generate("Hello", max_new_tokens=60)
+    ascii_at = [i for i, t in enumerate(full.token_ids) if 33 <= t < 127]
+    if not ascii_at:
+        pytest.skip("the random model produced no printable ASCII to stop on")
+    i = ascii_at[0]
+    stop = chr(full.token_ids[i])
+    resp = server.client.generate("Hello", max_new_tokens=60, stop=[stop])
+    assert resp.finish_reason == pb.FINISH_REASON_STOP
+    assert list(resp.token_ids) == list(full.token_ids[:i + 1])
+    assert resp.text.endswith(stop)
+
+
+def test_32_concurrent_streams_equal_solo_runs(server):
+    prompts = [f"{i}: " + PROMPTS[i % len(PROMPTS)] * (1 + i % 3) for i in range(32)]
+    solo = [list(server.client.generate(p, max_new_tokens=48).token_ids) for p in prompts]
+    running = []
+
+    def run(p):
+        msgs = list(server.client.stream(p, max_new_tokens=48))
+        return [t for m in msgs for t in m.token_ids]
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        futures = [pool.submit(run, p) for p in prompts]
+        while not all(f.done() for f in futures):
+            running.append(server.client.cache_stats().requests_running)
+        batched = [f.result() for f in futures]
+    assert batched == solo
+    assert max(running) > 1, "the requests never shared a batch"
+    assert solo[0] == solo_generate(prompts[0], max_new_tokens=48)
+
+
+def test_eviction_policies_per_request(server):
+    prompt = "The grass is green. The sky is blue. " * 30
+    none = server.client.generate(prompt, max_new_tokens=8, eviction_policy="none")
+    fpa = server.client.generate(prompt, max_new_tokens=8, eviction_policy="fpa")
+    window = server.client.generate(prompt, max_new_tokens=8, eviction_policy="window",
+                                    cache_budget_fraction=0.25)
+    assert none.usage.live_fraction == 1.0
+    assert fpa.usage.live_fraction < 1.0
+    assert window.usage.live_fraction <= 0.3
+    assert window.usage.cache_bytes_held < none.usage.cache_bytes_held
+    assert list(server.client.generate(prompt, max_new_tokens=8, tau=1e9).token_ids) == \
+        list(none.token_ids)
+
+
+def test_tokenize_and_model_info(server):
+    assert server.client.tokenize("h\u00e9") == [256, 104, 0xC3, 0xA9]
+    info = server.client.model_info()
+    assert (info.attention, info.levels, info.n_layers, info.vocab_size) == ("fpa", "free", 2, 259)
+    assert info.tau == pytest.approx(3.5)
+    assert info.backend == "cpu"
+    assert '"fpa-serve/1"' in info.config_json
+
+
+def test_health(server):
+    assert server.client.health("") == "SERVING"
+    assert server.client.health("fpa.v1.FpaService") == "SERVING"
+    import grpc
+    with pytest.raises(grpc.RpcError) as e:
+        server.client.health("no.such.Service")
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND

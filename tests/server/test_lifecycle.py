@@ -1,0 +1,104 @@
+"""Cancellation, deadlines, backpressure and SIGTERM draining, seen through gRPC statuses,
+CacheStats and /metrics."""
+import signal
+import time
+
+import grpc
+import pytest
+
+from conftest import LONG, fpa_client
+
+pb = fpa_client.pb
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def idle(server):
+    s = server.client.cache_stats()
+    return s.pages_in_use == 0 and s.sequences == 0 and s.requests_running == 0
+
+
+def test_cancel_frees_pages(server):
+    wait_for(lambda: idle(server))
+    before = server.metrics().get('fpa_requests_total{code="CANCELLED"}', 0)
+    call = server.client.stream("Cancel me. " * 20, max_new_tokens=LONG, ignore_eos=True)
+    for _, _ in zip(range(5), call):
+        pass
+    stats = server.client.cache_stats()
+    assert stats.sequences == 1 and stats.pages_in_use > 0
+    assert server.metrics()["fpa_cache_pages_in_use"] > 0
+    call.cancel()
+    wait_for(lambda: idle(server), timeout=2)
+    m = server.metrics()
+    assert m["fpa_cache_pages_in_use"] == 0 and m["fpa_cache_live_keys"] == 0
+    assert m['fpa_requests_total{code="CANCELLED"}'] == before + 1
+
+
+def test_deadline_frees_pages(server):
+    with pytest.raises(grpc.RpcError) as e:
+        request = fpa_client.make_request("Too slow", max_new_tokens=LONG, ignore_eos=True)
+        server.client.stub.Generate(request, timeout=0.3)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_for(lambda: idle(server), timeout=2)
+    wait_for(lambda: server.metrics().get('fpa_requests_total{code="DEADLINE_EXCEEDED"}', 0) >= 1)
+
+
+def test_queue_overflow_is_resource_exhausted(make_server):
+    s = make_server("--max-batch", "1", "--max-queue", "2", "--max-new-tokens", str(LONG))
+    calls = [s.client.stream(f"request {i}", max_new_tokens=LONG, ignore_eos=True)
+             for i in range(6)]
+    # Whatever order they reach the server in: one runs, two wait, three are refused at once.
+    wait_for(lambda: sum(c.done() for c in calls) == 3)
+    stats = s.client.cache_stats()
+    assert (stats.requests_running, stats.requests_waiting) == (1, 2)
+    refused = [c for c in calls if c.done()]
+    assert all(c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for c in refused)
+    assert "queue full" in refused[0].details()
+    for c in calls:
+        c.cancel()
+    wait_for(lambda: idle(s))
+    assert s.client.generate("after the storm", max_new_tokens=4).usage.generated_tokens == 4
+    assert s.metrics()['fpa_requests_total{code="RESOURCE_EXHAUSTED"}'] == 3
+
+
+def test_cache_exhausted_is_resource_exhausted(make_server):
+    s = make_server("--cache-pages", "32")
+    with pytest.raises(grpc.RpcError) as e:
+        s.client.generate("No eviction here. " * 60, max_new_tokens=4, eviction_policy="none")
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "KV cache" in e.value.details()
+    wait_for(lambda: idle(s))
+    assert s.client.generate("small", max_new_tokens=4).usage.generated_tokens == 4
+
+
+def test_sigterm_drains_streams(make_server):
+    s = make_server("--max-new-tokens", str(LONG))
+    n_tokens = 3000
+    calls = [s.client.stream(f"stream {i}", max_new_tokens=n_tokens, ignore_eos=True)
+             for i in range(4)]
+    firsts = [next(c) for c in calls]
+    s.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: s.client.health() != "SERVING" or s.proc.poll() is not None)
+    for first, call in zip(firsts, calls):
+        msgs = [first] + list(call)
+        tokens = [t for m in msgs for t in m.token_ids]
+        assert msgs[-1].finish_reason == pb.FINISH_REASON_LENGTH
+        assert msgs[-1].usage.generated_tokens == len(tokens) == n_tokens
+    assert s.proc.wait(timeout=10) == 0
+    assert "draining" in s.output()
+
+
+def test_sigterm_after_grace_fails_the_rest(make_server):
+    s = make_server("--max-new-tokens", str(LONG), "--drain-seconds", "0.2")
+    call = s.client.stream("endless", max_new_tokens=LONG, ignore_eos=True)
+    next(call)
+    s.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(grpc.RpcError) as e:
+        list(call)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert s.proc.wait(timeout=10) == 0

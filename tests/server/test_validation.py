@@ -1,0 +1,67 @@
+"""Bad requests get INVALID_ARGUMENT naming the field; garbage on the port is survived."""
+import math
+import os
+import socket
+
+import grpc
+import pytest
+
+from conftest import LONG
+
+BAD = [
+    ("empty text", dict(prompt=""), "text"),
+    ("empty ids", dict(prompt=[]), "tokens.ids"),
+    ("id out of vocab", dict(prompt=[256, 300]), "tokens.ids"),
+    ("negative id", dict(prompt=[-1]), "tokens.ids"),
+    ("max_new_tokens 0", dict(max_new_tokens=0), "max_new_tokens"),
+    ("max_new_tokens negative", dict(max_new_tokens=-5), "max_new_tokens"),
+    ("max_new_tokens too big", dict(max_new_tokens=LONG + 1), "max_new_tokens"),
+    ("top_p > 1", dict(top_p=1.5), "top_p"),
+    ("top_p 0", dict(top_p=0.0), "top_p"),
+    ("negative temperature", dict(temperature=-1.0), "temperature"),
+    ("nan temperature", dict(temperature=math.nan), "temperature"),
+    ("negative top_k", dict(top_k=-3), "top_k"),
+    ("unknown policy", dict(eviction_policy="lru"), "eviction_policy"),
+    ("negative tau", dict(tau=-1.0), "tau"),
+    ("budget 0", dict(cache_budget_fraction=0.0), "cache_budget_fraction"),
+    ("empty stop", dict(stop=[""]), "stop"),
+    ("oversized prompt", dict(prompt="x" * 3000), "text"),
+]
+
+
+@pytest.mark.parametrize("case,fields,field", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("streaming", [False, True], ids=["unary", "stream"])
+def test_bad_field_is_invalid_argument(server, case, fields, field, streaming):
+    fields = dict(fields)
+    prompt = fields.pop("prompt", "Hello")
+    with pytest.raises(grpc.RpcError) as e:
+        if streaming:
+            list(server.client.stream(prompt, **fields))
+        else:
+            server.client.generate(prompt, **fields)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, case
+    assert e.value.details().startswith(field + ":"), e.value.details()
+    assert server.client.generate("still serving", max_new_tokens=2).usage.generated_tokens == 2
+
+
+def _send_raw(port: int, data: bytes):
+    """Sends bytes and reads until the server closes; a server hanging up early is fine."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):
+                pass
+        except OSError:
+            pass
+
+
+def test_garbage_bytes_on_the_ports(server):
+    garbage = [os.urandom(4096), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+               b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512), b"\x00" * 100000]
+    for data in garbage:
+        _send_raw(server.port, data)
+        _send_raw(server.metrics_port, data)
+    assert server.client.health() == "SERVING"
+    assert server.client.generate("still serving", max_new_tokens=3).usage.generated_tokens == 3
+    assert "fpa_cache_pages_total" in server.metrics()
