@@ -160,6 +160,38 @@ TEST(Storage, SizesAndDeviceOnlyMode) {
   EXPECT_EQ(device->stats().bytes_full(), 2 * 64 * 4 + 16);
 }
 
+// A device backend keeps k and v itself, addressed by (page, slot): following the SlotRefs that
+// insert returns and the moves compact reports must keep its mirror equal to the cache.
+TEST(Storage, DeviceMirrorFollowsInsertsAndMoves) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 2, .head_dim = 16, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 64, /*host_storage=*/false);
+  const SeqId seq = *cache->add_sequence(fpa_policy(2.0f));
+  std::map<std::pair<int32_t, int32_t>, int32_t> mirror;  // (page, slot) -> position
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  float phi[2] = {0.0f, 0.0f};
+  int moves = 0;
+  for (int32_t pos = 0; pos < 300; ++pos) {
+    for (int h = 0; h < 2; ++h) {
+      phi[h] += normal(rng);
+      cache->evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
+      const auto ref = cache->insert(seq, 0, h, pos, phi[h] + normal(rng), nullptr, nullptr);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      mirror[{ref->page, ref->slot}] = pos;
+      cache->compact(seq, 0, h, [&](SlotRef from, SlotRef to) {
+        mirror[{to.page, to.slot}] = mirror.at({from.page, from.slot});
+        ++moves;
+      });
+      // Every live slot the cache reports holds the key the mirror put there.
+      for (const auto& [p, key] : testing::live_keys(*cache, seq, 0, h)) {
+        ASSERT_EQ((mirror[{key.ref.page, key.ref.slot}]), p);
+      }
+    }
+  }
+  EXPECT_GT(moves, 50);
+  expect_consistent(*cache, {{seq, 2 * 300}});
+}
+
 TEST(Storage, HostPagesAreAlignedStructureOfArrays) {
   const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 8, .page_slots = 16};
   auto cache = testing::make_cache(shape, 3);
