@@ -1,6 +1,7 @@
 #include "cache/eviction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -73,7 +74,9 @@ std::vector<int32_t> h2o_victims(const PageTable& table, const Stream& stream, i
     const PageView v = table.view(page);
     for (int32_t s = 0; s < slots; ++s) {
       if (v.pos[s] >= 0 && v.pos[s] <= newest - recent) {
-        candidates.push_back({v.acc[s], v.pos[s], page * slots + s});
+        // A NaN mass would break nth_element's ordering: rank it as heaviest.
+        const float acc = std::isnan(v.acc[s]) ? std::numeric_limits<float>::infinity() : v.acc[s];
+        candidates.push_back({acc, v.pos[s], page * slots + s});
       }
     }
   }
