@@ -1,5 +1,5 @@
 // The CPU backend: dense work through BLAS over the whole batch, attention per stream on
-// OpenMP threads, cache bookkeeping (evict, insert) on the calling thread.
+// the backend's thread pool, cache bookkeeping (evict, insert) on the calling thread.
 #include <algorithm>
 #include <limits>
 #include <mutex>
@@ -34,7 +34,7 @@ struct Batch {
 class CpuBackend : public Backend {
  public:
   CpuBackend(const Model& model, KvCache& cache, int threads)
-      : model_(model), c_(model.config()), cache_(cache), threads_(threads) {}
+      : model_(model), c_(model.config()), cache_(cache), pool_(threads) {}
 
   std::string_view name() const override { return "cpu"; }
   absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
@@ -59,7 +59,7 @@ class CpuBackend : public Backend {
   const Model& model_;
   const ModelConfig& c_;
   KvCache& cache_;
-  const int threads_;
+  cpu::ThreadPool pool_;
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
@@ -146,16 +146,16 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   gather_pages(l, b);
   attend(l, b);
   FPA_RETURN_IF_ERROR(cache_chunk_keys(l, b));
-  cpu::linear(o_.data(), b.tokens(), w.wo, h_.data(), threads_, /*accumulate=*/true);
+  cpu::linear(o_.data(), b.tokens(), w.wo, h_.data(), &pool_, /*accumulate=*/true);
   return absl::OkStatus();
 }
 
 // q, k, v (RoPE for softmax models) and the field's increments d and level offsets u.
 void CpuBackend::project(const LayerWeights& w, const Batch& b) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
-  cpu::linear(x_.data(), n, w.wq, q_.data(), threads_);
-  cpu::linear(x_.data(), n, w.wk, k_.data(), threads_);
-  cpu::linear(x_.data(), n, w.wv, v_.data(), threads_);
+  cpu::linear(x_.data(), n, w.wq, q_.data(), &pool_);
+  cpu::linear(x_.data(), n, w.wk, k_.data(), &pool_);
+  cpu::linear(x_.data(), n, w.wv, v_.data(), &pool_);
   if (c_.rope_theta > 0.0f) {
     for (size_t i = 0; i < b.items.size(); ++i) {
       for (int t = 0; t < b.len(i); ++t) {
@@ -168,8 +168,8 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
     }
   }
   if (c_.attention == AttentionKind::kSoftmax) return;
-  cpu::linear(x_.data(), n, w.field_w, d_.data(), 1);
-  if (c_.free_levels) cpu::linear(x_.data(), n, w.level_w, u_.data(), 1);
+  cpu::linear(x_.data(), n, w.field_w, d_.data(), nullptr);
+  if (c_.free_levels) cpu::linear(x_.data(), n, w.level_w, u_.data(), nullptr);
   for (int t = 0; t < n; ++t) {
     for (int h = 0; h < nh; ++h) {
       d_[t * nh + h] += w.field_b[h];
@@ -243,24 +243,23 @@ void CpuBackend::attend(int l, const Batch& b) {
     const long len = b.len(s / nh);
     work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * hd;
   }
-  cpu::parallel_for(
-      static_cast<int>(b.items.size()) * nh, cpu::threads_for(work, threads_), [&](int s) {
-        const size_t i = s / nh;
-        const int h = s % nh;
-        const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
-        const long off = b.offset[i];
-        const long col = off * width() + h * hd;
-        const cpu::CachedKeys keys{pages_[s], page_slots};
-        if (b.len(i) == 1) {
-          cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd,
-                                keys, o_.data() + col);
-          return;
-        }
-        const cpu::Chunk chunk{
-            q_.data() + col,           k_.data() + col,           v_.data() + col, width(),
-            phi_.data() + h * n + off, lvl_.data() + h * n + off, b.len(i)};
-        cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
-      });
+  cpu::parallel_for(&pool_, static_cast<int>(b.items.size()) * nh, work, [&](int s) {
+    const size_t i = s / nh;
+    const int h = s % nh;
+    const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
+    const long off = b.offset[i];
+    const long col = off * width() + h * hd;
+    const cpu::CachedKeys keys{pages_[s], page_slots};
+    if (b.len(i) == 1) {
+      cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd, keys,
+                            o_.data() + col);
+      return;
+    }
+    const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
+                           width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
+                           b.len(i)};
+    cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
+  });
 }
 
 // Prompt chunks, after attending: every chunk key goes in with m = the suffix-min of phi after
@@ -295,10 +294,10 @@ absl::Status CpuBackend::cache_chunk_keys(int l, const Batch& b) {
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
   cpu::rmsnorm(h_.data(), n, w.mlp_norm, c_.norm_eps, x_.data());
-  cpu::linear(x_.data(), n, w.w_gate, gate_.data(), threads_);
-  cpu::linear(x_.data(), n, w.w_up, up_.data(), threads_);
+  cpu::linear(x_.data(), n, w.w_gate, gate_.data(), &pool_);
+  cpu::linear(x_.data(), n, w.w_up, up_.data(), &pool_);
   cpu::swiglu(gate_.data(), up_.data(), static_cast<long>(n) * c_.d_ff);
-  cpu::linear(gate_.data(), n, w.w_down, h_.data(), threads_, /*accumulate=*/true);
+  cpu::linear(gate_.data(), n, w.w_down, h_.data(), &pool_, /*accumulate=*/true);
 }
 
 void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all) {
@@ -313,7 +312,7 @@ void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all)
     x_ = h_;
   }
   cpu::rmsnorm(x_.data(), rows, model_.final_norm(), c_.norm_eps, x_.data());
-  cpu::linear(x_.data(), rows, model_.lm_head(), logits.data(), threads_);
+  cpu::linear(x_.data(), rows, model_.lm_head(), logits.data(), &pool_);
 }
 
 }  // namespace

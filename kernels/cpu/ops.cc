@@ -11,13 +11,14 @@ namespace fpa::cpu {
 
 void use_single_threaded_blas() { openblas_set_num_threads(1); }
 
-void linear(const float* x, int n, const Matrix& w, float* y, int threads, bool accumulate) {
+void linear(const float* x, int n, const Matrix& w, float* y, ThreadPool* pool, bool accumulate) {
   const float beta = accumulate ? 1.0f : 0.0f;
-  threads = threads_for(static_cast<long>(n) * w.rows * w.cols, threads);
-  // Blocks of output features, a multiple of 16 wide, one per thread.
-  const int blocks = std::max(1, std::min(threads, w.rows / 16));
+  // Blocks of output features, a multiple of 16 wide, a few per thread so that a fast thread can
+  // take over a slow one's share.
+  const int threads = pool != nullptr ? pool->threads() : 1;
+  const int blocks = std::max(1, std::min(threads * 4, w.rows / 64));
   const int width = ((w.rows + blocks - 1) / blocks + 15) / 16 * 16;
-  parallel_for(blocks, threads, [&](int b) {
+  parallel_for(pool, blocks, static_cast<long>(n) * w.rows * w.cols, [&](int b) {
     const int r0 = b * width;
     const int rows = std::min(width, w.rows - r0);
     if (rows <= 0) return;

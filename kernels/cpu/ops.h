@@ -8,8 +8,11 @@
 
 namespace fpa::cpu {
 
-// y[n, w.rows] (+)= x[n, w.cols] * w^T, split over `threads` threads by blocks of w's rows.
-void linear(const float* x, int n, const Matrix& w, float* y, int threads, bool accumulate = false);
+class ThreadPool;
+
+// y[n, w.rows] (+)= x[n, w.cols] * w^T, split over the pool (if any) by blocks of w's rows.
+void linear(const float* x, int n, const Matrix& w, float* y, ThreadPool* pool,
+            bool accumulate = false);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of width weight.size().
 void rmsnorm(const float* x, int n, std::span<const float> weight, float eps, float* y);

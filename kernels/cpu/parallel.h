@@ -1,27 +1,25 @@
-// The CPU backend's one threading runtime: OpenMP loops. BLAS runs single-threaded inside them,
+// When the CPU backend's loops go parallel. BLAS runs single-threaded inside the pool's loops,
 // so the two never compete for the cores.
 #pragma once
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace fpa::cpu {
 
-// Multiply-adds below which a loop stays on one thread: waking the others costs more, and far
-// more on a busy machine where a descheduled thread stalls the whole barrier.
+// Multiply-adds below which a loop stays on the calling thread: waking the others costs more.
 inline constexpr long kMinParallelWork = 1L << 20;
 
-inline int threads_for(long work, int threads) { return work >= kMinParallelWork ? threads : 1; }
-
-// Calls f(i) for i in [0, n) on up to `threads` threads (in the caller when threads <= 1).
+// Calls f(i) for i in [0, n): on the pool when `work` multiply-adds make it worth it.
 template <class F>
-void parallel_for(int n, int threads, const F& f) {
-  if (threads <= 1 || n <= 1) {
+void parallel_for(ThreadPool* pool, int n, long work, const F& f) {
+  if (pool == nullptr || pool->threads() <= 1 || work < kMinParallelWork) {
     for (int i = 0; i < n; ++i) f(i);
-    return;
+  } else {
+    pool->run(n, f);
   }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int i = 0; i < n; ++i) f(i);
 }
 
-// Makes OpenBLAS run in its caller's thread (see parallel_for); call once per process.
+// Makes OpenBLAS run in its caller's thread; call once per process.
 void use_single_threaded_blas();
 
 }  // namespace fpa::cpu

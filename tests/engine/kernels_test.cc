@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -10,6 +11,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace fpa::cpu {
 namespace {
@@ -28,10 +30,11 @@ TEST(Ops, LinearMatchesTheDefinition) {
   // n = 4 is enough work to split over threads (kMinParallelWork); the odd width leaves a tail.
   for (int n : {1, 4}) {
     for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
       const int in = 256, out = 1030;
       const std::vector<float> x = randn(n * in, 1), w = randn(out * in, 2);
       std::vector<float> y(n * out, 1.0f);
-      linear(x.data(), n, Matrix{w.data(), out, in}, y.data(), threads, /*accumulate=*/true);
+      linear(x.data(), n, Matrix{w.data(), out, in}, y.data(), &pool, /*accumulate=*/true);
       for (int t = 0; t < n; ++t) {
         for (int o = 0; o < out; ++o) {
           double ref = 1.0;
@@ -225,6 +228,16 @@ TEST_P(PrefillTest, ChunkMatchesTheDefinition) {
   }
   for (float a : acc) mass += a;
   EXPECT_NEAR(mass, n, 1e-4);  // every query hands out probability 1
+}
+
+TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(97);
+  for (int run = 0; run < 200; ++run) {
+    pool.run(97, [&](int i) { hits[i].fetch_add(1); });
+  }
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 200);
+  pool.run(0, [&](int) { ADD_FAILURE(); });
 }
 
 // +inf: a full cache; 0.5: the fpa rule excludes some keys part-way through the chunk.
