@@ -139,3 +139,16 @@ def test_health(server):
     with pytest.raises(grpc.RpcError) as e:
         server.client.health("no.such.Service")
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_the_service(server):
+    """grpc.reflection.v1alpha.ServerReflection, spoken in raw protobuf: the request sets field 7
+    (list_services) to ""; the answer names the services."""
+    import grpc
+    with grpc.insecure_channel(server.address) as channel:
+        call = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        replies = list(call(iter([b"\x3a\x00"]), timeout=10))
+    assert b"fpa.v1.FpaService" in replies[0]
+    assert b"grpc.health.v1.Health" in replies[0]
