@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_kernels.h"
@@ -97,6 +98,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceWeights weights_;
   DeviceBuffer pool_memory_;
   cuda::PoolView pool_;
+  std::mutex mu_;
   Scratch s_;
 };
 
@@ -163,6 +165,7 @@ absl::Status CudaBackendImpl::upload_layout(const cuda::BatchLayout& layout) {
 
 absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::span<float> logits,
                                       ForwardTrace* trace) {
+  std::lock_guard lock(mu_);  // one forward at a time: the scratch buffers are shared
   const bool all_logits = trace && trace->all_logits;
   const cuda::ModelDims dims{cfg().vocab_size, cfg().n_layers, cfg().n_heads, cfg().head_dim};
   absl::StatusOr<cuda::BatchLayout> layout =
@@ -344,6 +347,7 @@ absl::Status CudaBackendImpl::final_logits(const cuda::BatchLayout& layout,
 
 absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqId seq, int layer,
                                                                      int head) {
+  std::lock_guard lock(mu_);
   std::span<const int32_t> pages = cache_.pages(seq, layer, head);
   DeviceBuffer ids, out;
   FPA_RETURN_IF_ERROR(upload(ids, pages.data(), pages.size(), stream_));
@@ -364,6 +368,7 @@ absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqI
 
 absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t start_pos,
                                                     int n_tokens, float phi_step, int keep_last) {
+  std::lock_guard lock(mu_);
   if (cache_.pages_needed(seq, std::min(keep_last, n_tokens)) > cache_.free_pages()) {
     return absl::ResourceExhaustedError("KV cache too small for the synthetic context");
   }
