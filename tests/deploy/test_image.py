@@ -69,9 +69,14 @@ def test_dockerfile_lints_clean(facts):
 def test_final_stages_are_the_runtime_with_each_build(facts):
     assert {s["name"]: s["from"] for s in facts["stages"] if s["name"] in ("cpu", "cuda")} == {
         "cpu": "runtime", "cuda": "runtime"}
+    runtime_user = instructions(stage(facts, "runtime"), "USER")[-1]["args"]
     for variant in ("cpu", "cuda"):
         (copy,) = instructions(stage(facts, variant), "COPY")
         assert copy["args"][0] == "/out/" and copy["args"][1] == "/usr/local/bin/"
+        # A stage that installs more as root must hand back to the image's user.
+        users = instructions(stage(facts, "runtime"), "USER") + instructions(
+            stage(facts, variant), "USER")
+        assert users[-1]["args"] == runtime_user, variant
     assert stage(facts, "runtime")["from"].startswith("${DEBIAN_SLIM_IMAGE}")
 
 
@@ -120,27 +125,80 @@ def test_build_stages_build_real_targets_to_real_paths(facts):
     assert probe.name == "fpa-health-probe"
 
 
-def shared_library_packages(binary):
-    """Debian packages owning the shared libraries that `binary` loads."""
+def loaded_libraries(binary):
+    """Paths of the shared libraries `binary` loads, as the loader finds them."""
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
-    paths = re.findall(r"=> (/\S+)", out) + re.findall(r"^\s*(/\S+) \(", out, re.M)
-    packages = set()
-    for path in paths:
-        # Alternatives (libblas.so.3, libopenblas.so.0) belong to whoever provides the target.
-        owner = subprocess.run(["dpkg", "-S", os.path.realpath(path)], capture_output=True,
-                               text=True)
-        assert owner.returncode == 0, f"no Debian package owns {path}: {owner.stderr}"
-        packages |= {p.split(":")[0] for p in owner.stdout.split(":", 1)[0].split(", ")}
-    return packages
+    assert "not found" not in out, out
+    return re.findall(r"=> (/\S+)", out) + re.findall(r"^\s*(/\S+) \(", out, re.M)
 
 
-def test_runtime_packages_are_exactly_what_the_binaries_load(runtime):
-    needed = set()
-    for binary in binaries():
-        needed |= shared_library_packages(binary)
+def is_cuda_toolkit(path):
+    return os.path.realpath(path).startswith("/usr/local/cuda")
+
+
+def shared_library_packages(binaries):
+    """Debian packages owning the shared libraries that the binaries load, less the CUDA
+    toolkit's (a CUDA build's cudart and cuBLAS, which the cuda stage installs)."""
+    libraries = {p for b in binaries for p in loaded_libraries(b) if not is_cuda_toolkit(p)}
+    # Alternatives (libblas.so.3) belong to whoever provides the target; with merged /usr,
+    # dpkg may know a library by its /lib path only. One dpkg call: each one reads every list.
+    candidates = {lib: [lib, os.path.realpath(lib), os.path.realpath(lib).removeprefix("/usr")]
+                  for lib in libraries}
+    out = subprocess.run(["dpkg", "-S", *{c for cs in candidates.values() for c in cs}],
+                         capture_output=True, text=True).stdout
+    owners = {}
+    for line in out.splitlines():
+        packages, path = line.split(": ", 1)
+        owners[path] = {p.split(":")[0] for p in packages.split(", ")}
+    found = set()
+    for lib, paths in candidates.items():
+        owner = next((owners[p] for p in paths if p in owners), None)
+        assert owner, f"no Debian package owns {lib}"
+        found |= owner
+    return found
+
+
+def with_dependencies(packages):
+    """packages and everything apt installs with them (Depends, Pre-Depends), as this
+    machine's dpkg database records them."""
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${Pre-Depends}, ${Depends}\n"],
+                         capture_output=True, text=True, check=True).stdout
+    depends = {}
+    for line in out.splitlines():
+        name, deps = line.split("\t")
+        # "a (>= 1) | b": the first alternative that is installed here.
+        depends[name] = [[alt.split()[0].split(":")[0] for alt in dep.split("|")]
+                         for dep in deps.split(",") if dep.strip()]
+    closure, todo = set(), list(packages)
+    while todo:
+        package = todo.pop()
+        if package in closure:
+            continue
+        closure.add(package)
+        for alternatives in depends.get(package, []):
+            todo += [next((a for a in alternatives if a in depends), alternatives[0])]
+    return closure
+
+
+def test_runtime_packages_are_what_the_binaries_load(runtime):
+    needed = shared_library_packages(binaries())
     listed = set(runtime_packages(runtime))
-    assert needed - BASE_PACKAGES <= listed, f"missing from the runtime stage: {needed - listed}"
+    missing = needed - BASE_PACKAGES - with_dependencies(listed)
+    assert not missing, f"missing from the runtime stage: {missing}"
     assert listed <= needed, f"installed but not loaded: {listed - needed}"
+
+
+def test_cuda_stage_installs_the_cuda_libraries_a_cuda_build_loads(facts):
+    cuda_libs = {os.path.basename(p).split(".so")[0]
+                 for binary in binaries() for p in loaded_libraries(binary) if is_cuda_toolkit(p)}
+    if not cuda_libs:
+        pytest.skip("this build has no CUDA backend (FPA_HAVE_CUDA off)")
+    # NVIDIA's package of each library the CUDA build loads.
+    packages = {"libcudart": "cuda-cudart-", "libcublas": "libcublas-", "libcublasLt": "libcublas-"}
+    assert cuda_libs <= set(packages), f"unexpected CUDA libraries: {cuda_libs - set(packages)}"
+    installed = build_runs(facts, "cuda").split()
+    for lib in cuda_libs:
+        assert any(w.startswith(packages[lib]) for w in installed), f"cuda stage lacks {lib}"
 
 
 def package_files(package):
@@ -152,35 +210,41 @@ def package_files(package):
 
 
 def place(src, rootfs, dest=None):
-    """Copies src (a file or a symlink, as is) to rootfs + dest."""
+    """Puts src (a file, hard-linked or copied, or a symlink, as is) at rootfs + dest."""
     target = rootfs / (dest or src).lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(target):
         return
     if os.path.islink(src):
         os.symlink(os.readlink(src), target)
-    else:
+        return
+    try:
+        os.link(src, target)  # cuBLAS alone is half a gigabyte
+    except OSError:
         shutil.copy2(src, target)
 
 
 def assemble_rootfs(rootfs, runtime, serve, probe, model):
     """The runtime stage as a directory: Debian 12's merged-/usr layout, the files of the
-    packages it installs (plus the base's libc6), the alternatives links their maintainer
-    scripts would make, the binaries, the model, and the image's user."""
+    packages it installs and of their dependencies (from the base's libc6 on), the alternatives links their maintainer
+    scripts would make, a CUDA build's cudart and cuBLAS (the cuda stage's), the binaries,
+    the model, and the image's user."""
     for top in ("bin", "sbin", "lib", "lib64"):
         (rootfs / "usr" / top).mkdir(parents=True, exist_ok=True)
         os.symlink(f"usr/{top}", rootfs / top)
-    for package in sorted(BASE_PACKAGES | set(runtime_packages(runtime))):
+    for package in sorted(with_dependencies(BASE_PACKAGES | set(runtime_packages(runtime)))):
         for path in package_files(package):
             place(path, rootfs)
     for binary in (serve, probe):
         place(str(binary), rootfs, f"/usr/local/bin/{binary.name}")
-        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
-        for path in re.findall(r"=> (/\S+)", out):
+        for path in loaded_libraries(binary):
             real = os.path.realpath(path)
-            if not os.path.lexists(rootfs / path.lstrip("/")) and (rootfs / real.lstrip("/")).exists():
-                (rootfs / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(real, rootfs / path.lstrip("/"))
+            if is_cuda_toolkit(path):
+                place(real, rootfs)  # what the cuda stage's NVIDIA packages install
+            link = rootfs / path.lstrip("/")
+            if not os.path.lexists(link) and (rootfs / real.lstrip("/")).exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(real, link)
     (model_copy,) = [c for c in instructions(runtime, "COPY") if c["args"][0] == "${MODEL_DIR}"]
     shutil.copytree(model, rootfs / model_copy["args"][1].lstrip("/"))
     (user,) = instructions(runtime, "USER")

@@ -63,7 +63,7 @@ def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     grpc_port, metrics_port, prom_port = free_port(), free_port(), free_port()
     argv = serve_argv(binary, model, grpc_port, metrics_port, "--threads", "1",
-                      "--cache-pages", "256", "--page-slots", "4", "--drain-seconds", "5")
+                      "--cache-pages", "1024", "--page-slots", "16", "--drain-seconds", "5")
     config = load_yaml_docs(DEPLOY / "prometheus/prometheus.yml")[0]
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(DEPLOY / "prometheus" / f) for f in config["rule_files"]]
@@ -78,8 +78,11 @@ def live(tmp_path_factory):
             Process(prom_argv, tmp / "prometheus.log") as prometheus:
         def serving():
             with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-                check = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service="fpa.v1.FpaService"), timeout=2)
+                try:
+                    check = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service="fpa.v1.FpaService"), timeout=2)
+                except grpc.RpcError:
+                    return False  # not listening yet
                 return check.status == health_pb2.HealthCheckResponse.SERVING
         wait_until(serving, "fpa-serve health SERVING", server, timeout=60)
         wait_until(lambda: scrape(f"http://127.0.0.1:{prom_port}/-/ready"), "Prometheus ready",
