@@ -406,13 +406,19 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
   return cuda_status(cudaStreamSynchronize(stream_), "synthetic keys");
 }
 
-absl::Status check_shapes(const Model& model, const cache::KvCache& cache) {
+absl::Status check_cache(const Model& model, cache::KvCache& cache) {
   const ModelConfig& c = model.config();
   const cache::CacheShape& s = cache.shape();
   if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.head_dim != c.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache shape (layers ", s.n_layers, ", heads ", s.n_heads, ", head_dim ", s.head_dim,
         ") does not match the model (", c.n_layers, ", ", c.n_heads, ", ", c.head_dim, ")"));
+  }
+  // A host-storage cache would insist on host copies of k and v, which this backend never makes.
+  if (cache.page(0).k != nullptr) {
+    return absl::InvalidArgumentError(
+        "the cuda backend needs a KvCache created with host_storage=false (k and v live on the "
+        "device)");
   }
   if (c.head_dim > cuda::kMaxHeadDim) {
     return absl::UnimplementedError(absl::StrCat("the cuda backend supports head_dim up to ",
@@ -435,7 +441,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
   if (!cuda_device_available()) {
     return absl::UnavailableError("no CUDA device is available");
   }
-  FPA_RETURN_IF_ERROR(check_shapes(model, cache));
+  FPA_RETURN_IF_ERROR(check_cache(model, cache));
   auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);
   FPA_RETURN_IF_ERROR(backend->init());
   return backend;

@@ -118,6 +118,7 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
       for (int h = 0; h < cfg().n_heads; ++h) {
         auto ours = cuda_->live_positions(seq, l, h);
         EXPECT_TRUE(ours.ok()) << ours.status();
+        EXPECT_EQ(*ours, host_positions(seq, l, h)) << "device mirror vs host bookkeeping";
         const std::set<int32_t> live(ours->begin(), ours->end());
         total += static_cast<int64_t>(live.size());
         for (int j = 0; j <= i; ++j) {
@@ -131,6 +132,19 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
       }
     }
     return total;
+  }
+
+  // The host cache's own record of the stream's keys (it keeps positions without host storage).
+  std::vector<int32_t> host_positions(cache::SeqId seq, int l, int h) {
+    std::vector<int32_t> out;
+    for (int32_t id : cache_->pages(seq, l, h)) {
+      const cache::PageView v = cache_->page(id);
+      for (int s = 0; s < cache_->shape().page_slots; ++s) {
+        if (v.pos[s] >= 0) out.push_back(v.pos[s]);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   std::vector<uint8_t> no_ties() const {
@@ -288,6 +302,18 @@ TEST(CudaBackend, UnavailableWithoutADeviceInsteadOfCrashing) {
   auto backend = make_cuda_backend(**model, **cache);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+}
+
+TEST(CudaBackend, RefusesAHostStorageCache) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto model = Model::load(std::string(FPA_VECTORS_DIR) + "/fpa_tied");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 64, true);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  auto backend = make_cuda_backend(**model, **cache);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument) << backend.status();
 }
 
 }  // namespace
