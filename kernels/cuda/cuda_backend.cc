@@ -202,7 +202,7 @@ absl::Status CudaBackendImpl::attention_block(int layer, std::span<const Forward
                                        cfg().norm_eps, s_.x.as<float>(), stream_),
                   "attn rmsnorm"));
   FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, s_.qkv.as<float>()));
-  if (cfg().attention == AttentionKind::kSoftmax && cfg().rope_theta > 0.0f) {
+  if (cfg().rope_theta > 0.0f) {  // softmax models only, by the format
     FPA_RETURN_IF_ERROR(cuda_status(
         cuda::launch_rope(s_.qkv.as<float>(), 3 * attn_width(), rows, cfg().n_heads, cfg().head_dim,
                           s_.row_pos.as<int32_t>(), cfg().rope_theta, stream_),

@@ -52,7 +52,7 @@ __global__ void swiglu_kernel(const float* gu, int rows, int d_ff, float* out) {
   out[i] = g / (1.0f + expf(-g)) * gu[r * 2 * d_ff + d_ff + c];
 }
 
-// Rotate-half pairing (i, i + head_dim / 2), angle pos * theta^(-2i / head_dim).
+// Rotate-half pairing (i, i + head_dim / 2).
 __global__ void rope_kernel(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
                             const int32_t* row_pos, float theta) {
   const int half = head_dim / 2;
@@ -65,8 +65,10 @@ __global__ void rope_kernel(float* qkv, int qkv_stride, int rows, int n_heads, i
   const int row = static_cast<int>(i / half / n_heads / 2);
   float* x = qkv + static_cast<size_t>(row) * qkv_stride +
              static_cast<size_t>(part) * n_heads * head_dim + head * head_dim;
-  const float angle = static_cast<float>(row_pos[row]) *
-                      powf(theta, -2.0f * static_cast<float>(pair) / static_cast<float>(head_dim));
+  // float32 as the reference and the CPU backend compute it: pos * (1 / theta^(2i / head_dim)).
+  const float inv_freq =
+      1.0f / powf(theta, static_cast<float>(2 * pair) / static_cast<float>(head_dim));
+  const float angle = static_cast<float>(row_pos[row]) * inv_freq;
   const float c = cosf(angle);
   const float s = sinf(angle);
   const float a = x[pair];
