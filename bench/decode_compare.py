@@ -5,7 +5,7 @@ bench/decode_reference.py over the same batches, contexts and token streams, and
 markdown table with tokens/s, the ratio and the live fraction each side measured.
 
     /usr/bin/python3 bench/decode_compare.py [--bench build-engine/bench/fpa-decode-bench]
-        [--batch 1 8 32] [--context 256 2048] [--steps 64] [--threads 0] [--field-bias -0.02]
+        [--batch 1 8 32] [--context 256 2048] [--steps 64] [--threads 0] [--field-bias -0.1]
 """
 from __future__ import annotations
 
@@ -57,12 +57,11 @@ def main():
     ap.add_argument("--evict", nargs="+", default=["on", "off"])
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0, help="C++ threads and torch threads; 0 = all")
-    ap.add_argument("--field-bias", type=float, default=-0.02,
+    ap.add_argument("--field-bias", type=float, default=-0.1,
                     help="the walk's drift in the random model (sets how much is evicted)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or os.cpu_count())  # the same cores for both sides
     with tempfile.TemporaryDirectory() as model_dir:
         shape = shipped_shape()
         model = Model(Config(**shape)).init_weights(args.seed, field_bias=args.field_bias)

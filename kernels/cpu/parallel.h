@@ -7,7 +7,7 @@
 namespace fpa::cpu {
 
 // Multiply-adds below which a loop stays on the calling thread: waking the others costs more.
-inline constexpr long kMinParallelWork = 1L << 20;
+inline constexpr long kMinParallelWork = 1L << 16;
 
 // Calls f(i) for i in [0, n): on the pool when `work` multiply-adds make it worth it.
 template <class F>
