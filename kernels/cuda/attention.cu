@@ -35,10 +35,29 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-template <typename T>
-__device__ __forceinline__ float dot_row(const T* k, const float* q, int head_dim) {
+__device__ __forceinline__ float dot_row(const float* k, const float* q, int head_dim) {
   float s = 0.0f;
-  for (int d = 0; d < head_dim; ++d) s += to_float(k[d]) * q[d];
+  for (int d = 0; d < head_dim; ++d) s += k[d] * q[d];
+  return s;
+}
+
+// bf16 rows are read 16 bytes at a time when head_dim allows (rows are then 16-byte aligned).
+__device__ __forceinline__ float dot_row(const __nv_bfloat16* k, const float* q, int head_dim) {
+  float s = 0.0f;
+  if (head_dim % 8 == 0) {
+    const uint4* k8 = reinterpret_cast<const uint4*>(k);
+    for (int c = 0; c < head_dim / 8; ++c) {
+      const uint4 raw = k8[c];
+      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const float2 f = __bfloat1622float2(pairs[p]);
+        s += f.x * q[c * 8 + 2 * p] + f.y * q[c * 8 + 2 * p + 1];
+      }
+    }
+    return s;
+  }
+  for (int d = 0; d < head_dim; ++d) s += __bfloat162float(k[d]) * q[d];
   return s;
 }
 

@@ -113,7 +113,7 @@ absl::Status CudaBackendImpl::init() {
   const cache::CacheShape& shape = cache_.shape();
   const size_t slots = static_cast<size_t>(cache_.stats().pages_total) * shape.page_slots;
   const size_t elem = options_.half_precision ? 2 : 4;
-  const size_t kv_bytes = slots * shape.head_dim * elem;
+  const size_t kv_bytes = (slots * shape.head_dim * elem + 255) / 256 * 256;  // keeps lvl aligned
   FPA_RETURN_IF_ERROR(pool_memory_.reserve(2 * kv_bytes + 3 * slots * 4));
   char* base = pool_memory_.as<char>();
   pool_.k = base;
