@@ -36,7 +36,7 @@ def passkey_one(model: Model, n_tokens: int, depth: float, key: str, tau=None):
     answer = list(f" {key}.".encode())
     stats = []
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + answer]), tau=tau, stats=stats)[0]
+        logits = model(torch.tensor([prompt + answer]), tau=tau, stats=stats, block=512)[0]
     pred = logits[len(prompt) - 1: len(prompt) + len(answer) - 1].argmax(-1).tolist()
     correct = pred[:-1] == answer[:-1] and pred[-1] not in DIGITS
     return correct, (sum(stats) / len(stats) if stats else 1.0)

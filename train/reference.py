@@ -136,39 +136,58 @@ class Attention(nn.Module):
             q, k = rope(q, pos, self.cfg.rope_theta), rope(k, pos, self.cfg.rope_theta)
         return q, k, v
 
+    def walk_levels(self, x):
+        """phi and lvl, each [B, H, T] (phi is the cumulative sum of the increments)."""
+        d, u = self.walk(x)
+        phi = torch.cumsum(d, dim=1).transpose(1, 2)
+        return phi, (phi if u is None else phi + u.transpose(1, 2))
+
     def excess(self, x):
         """(excess [B, H, T_i, T_j] = lvl_j - m_j(i), beta [H]); excess is -inf on and above the
         diagonal (the empty segment), so the penalty is beta * relu(excess)."""
-        d, u = self.walk(x)
-        phi = torch.cumsum(d, dim=1).transpose(1, 2)  # [B, H, T]
-        lvl = phi if u is None else phi + u.transpose(1, 2)
-        t = phi.shape[-1]
-        # running minimum row by row (torch.cummin over [B, H, T, T] is ~50x slower on CPU)
-        empty = torch.full((t, t), math.inf).triu()  # [i, j]: +inf unless j < i
-        m, rows = torch.full_like(phi, math.inf), []
-        for i in range(t):
-            m = torch.minimum(m, phi[..., i:i + 1] + empty[i])
-            rows.append(m)
-        return lvl[..., None, :] - torch.stack(rows, dim=-2), self.beta()
+        phi, lvl = self.walk_levels(x)
+        exc, _ = _excess_rows(phi, lvl, torch.full_like(phi, math.inf), 0, phi.shape[-1])
+        return exc, self.beta()
 
-    def forward(self, x, tau: float | None = None, stats: list | None = None):
-        """With `stats`, appends the live fraction of this layer's keys for the last query."""
+    def forward(self, x, tau: float | None = None, stats: list | None = None,
+                block: int | None = None):
+        """Queries in blocks of `block` rows (all at once by default; blocks only save memory).
+        With `stats`, appends the live fraction of this layer's keys for the last query."""
         b, t, _ = x.shape
-        pos = torch.arange(t)
-        q, k, v = self.qkv(x, pos)
-        s = q @ k.transpose(-1, -2) / math.sqrt(self.cfg.head_dim)
-        keep = torch.ones(t, t, dtype=torch.bool).tril()
+        q, k, v = self.qkv(x, torch.arange(t))
+        beta = self.beta()
+        thr = torch.where(beta > 0, (tau or 0.0) / beta, torch.tensor(math.inf))[:, None, None]
         if self.cfg.attention != "softmax":
-            exc, beta = self.excess(x)
-            s = s - beta[:, None, None] * F.relu(exc)
-            if tau is not None:
-                thr = torch.where(beta > 0, tau / beta, torch.tensor(math.inf))
-                keep = keep & ~(exc >= thr[:, None, None])
-        if stats is not None:
-            stats.append(keep[..., -1, :].float().mean().item())
-        s = s.masked_fill(~keep, -math.inf)
-        out = torch.softmax(s, dim=-1) @ v  # [B, H, T, hd]
+            phi, lvl = self.walk_levels(x)
+            m = torch.full_like(phi, math.inf)
+        outs = []
+        for i0 in range(0, t, block or t):
+            i1 = min(t, i0 + (block or t))
+            s = q[:, :, i0:i1] @ k[:, :, :i1].transpose(-1, -2) / math.sqrt(self.cfg.head_dim)
+            keep = torch.ones(i1 - i0, i1, dtype=torch.bool).tril(i0)
+            if self.cfg.attention != "softmax":
+                exc, m = _excess_rows(phi, lvl, m, i0, i1)
+                s = s - beta[:, None, None] * F.relu(exc)
+                if tau is not None:
+                    keep = keep & ~(exc >= thr)
+            if stats is not None and i1 == t:
+                stats.append(keep[..., -1, :].float().mean().item())
+            s = s.masked_fill(~keep, -math.inf)
+            outs.append(torch.softmax(s, dim=-1) @ v[:, :, :i1])  # [B, H, rows, hd]
+        out = torch.cat(outs, dim=2)
         return out.transpose(1, 2).reshape(b, t, -1) @ self.wo.t()
+
+
+def _excess_rows(phi, lvl, m, i0: int, i1: int):
+    """Rows i0..i1-1 of the excess lvl_j - m_j(i) over keys j < i1, and the running minimum
+    m_j = min(phi over (j, i1-1]) to carry into the next rows. Built row by row: torch.cummin
+    over [B, H, T, T] is ~50x slower on CPU."""
+    keys = torch.arange(phi.shape[-1])
+    rows = []
+    for i in range(i0, i1):
+        m = torch.minimum(m, phi[..., i:i + 1].masked_fill(keys >= i, math.inf))
+        rows.append(m[..., :i1])
+    return lvl[..., None, :i1] - torch.stack(rows, dim=-2), m
 
 
 class MLP(nn.Module):
@@ -187,8 +206,8 @@ class Block(nn.Module):
         self.attn_norm, self.attn = RMSNorm(cfg.d_model, cfg.norm_eps), Attention(cfg)
         self.mlp_norm, self.mlp = RMSNorm(cfg.d_model, cfg.norm_eps), MLP(cfg)
 
-    def forward(self, h, tau=None, stats=None):
-        h = h + self.attn(self.attn_norm(h), tau, stats)
+    def forward(self, h, tau=None, stats=None, block=None):
+        h = h + self.attn(self.attn_norm(h), tau, stats, block)
         return h + self.mlp(self.mlp_norm(h))
 
 
@@ -207,13 +226,14 @@ class Model(nn.Module):
         return self.final_norm(h) @ w.t()
 
     def forward(self, tokens, tau: float | None = None, return_layers: bool = False,
-                stats: list | None = None):
+                stats: list | None = None, block: int | None = None):
         """tokens [B, T] -> logits [B, T, V] (and the residual stream after each block). With
-        `stats`, each layer appends the live fraction of the keys for the last query."""
+        `stats`, each layer appends the live fraction of the keys for the last query; `block`
+        runs the queries in blocks of that many rows (less memory, same result)."""
         h = self.embed(tokens)
         outs = []
-        for block in self.layers:
-            h = block(h, tau, stats)
+        for layer in self.layers:
+            h = layer(h, tau, stats, block)
             outs.append(h)
         logits = self.head(h)
         return (logits, outs) if return_layers else logits

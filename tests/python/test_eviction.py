@@ -114,3 +114,12 @@ def test_no_eviction_without_beta():
     res = decode_steps(m, prompt(), 0.5)
     assert res["live"][-1].all()
     assert torch.isneginf(res["margin"][-1]).all()
+
+
+def test_blocked_queries_equal_all_at_once():
+    m, toks = walk_model(), prompt(5)[None]
+    with torch.no_grad():
+        for tau in (None, 3.0):
+            s1, s2 = [], []
+            a, b = m(toks, tau=tau, stats=s1), m(toks, tau=tau, stats=s2, block=7)
+            assert torch.allclose(a, b, atol=1e-5) and s1 == s2
