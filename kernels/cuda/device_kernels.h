@@ -49,11 +49,11 @@ struct AttentionArgs {
   float* partial = nullptr;  // [rows][n_heads][splits][head_dim + 2]
   float* out = nullptr;      // [rows][n_heads * head_dim]
 };
-// How many parts each (row, head) splits its cached keys into: enough warps to fill the device,
-// never fewer than 64 keys a part.
+// How many parts each (row, head) splits its cached keys into: enough warps to fill the device
+// (about 128 per SM on a 132-SM H200), never fewer than 32 keys (one warp tile) a part.
 inline int attention_splits(int pairs, int max_keys) {
-  constexpr int kTargetWarps = 8192;
-  constexpr int kMinKeysPerSplit = 64;
+  constexpr int kTargetWarps = 16384;
+  constexpr int kMinKeysPerSplit = 32;
   const int want = (kTargetWarps + pairs - 1) / pairs;
   const int most = max_keys / kMinKeysPerSplit > 1 ? max_keys / kMinKeysPerSplit : 1;
   return want < 1 ? 1 : (want > most ? most : want);

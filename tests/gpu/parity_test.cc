@@ -22,9 +22,13 @@ namespace {
 // max |ours - reference| / max |reference|: float32 on both sides, or bf16 weights and keys.
 constexpr double kF32Tolerance = 2e-4;
 constexpr double kBf16Tolerance = 4e-2;
-// |margin| below the band: rounding may decide the key either way (bf16 moves phi further).
+// |margin| below the band: rounding may decide the key either way. bf16 moves phi further (the
+// first layer's field is exact, later layers see bf16 attention outputs).
 constexpr float kF32TieBand = 1e-3f;
-constexpr float kBf16TieBand = 0.1f;
+constexpr float kBf16TieBand = 0.5f;
+// The vectors' tau is small (2.5 to 3.5) so that they evict: a key decided the other way near
+// its threshold still carries up to exp(-tau) of a key's weight, beyond bf16 rounding.
+constexpr double kBf16EvictTolerance = 1e-1;
 
 double rel_error(std::span<const float> ours, std::span<const float> ref) {
   double err = 0.0, scale = 0.0;
@@ -210,7 +214,7 @@ TEST_P(CudaParityTest, DecodeWithEvictionMatchesLiveSetsStepByStep) {
 
 TEST_P(CudaParityTest, Bf16DecodeWithEviction) {
   make_cuda(true);
-  decode_with_eviction(kBf16Tolerance, kBf16TieBand);
+  decode_with_eviction(kBf16EvictTolerance, kBf16TieBand);
 }
 
 TEST_P(CudaParityTest, ChunkedPrefillWithEvictionMatchesDecode) {
