@@ -94,16 +94,33 @@ UNIT_SCALE = {"bytes": (1 / 2**20, "MiB"), "percentunit": (100, "%"), "s": (1000
               "reqps": (1, "req/s"), "short": (1, "")}
 
 
+def right_axis_series(panel):
+    """Series names that the panel's overrides put on a right-hand axis."""
+    return {o["matcher"]["options"] for o in panel["fieldConfig"].get("overrides", [])
+            if o["matcher"]["id"] == "byName"
+            and {"id": "custom.axisPlacement", "value": "right"} in o["properties"]}
+
+
 def draw_timeseries(ax, panel, api, start, end):
     scale, unit = UNIT_SCALE[panel["fieldConfig"]["defaults"].get("unit", "short")]
+    right, twin = right_axis_series(panel), None
+    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
     for target in panel["targets"]:
         for series in query_range(api, promql(target["expr"]), start, end):
             t = np.array([float(v[0]) for v in series["values"]]) - start
             y = np.array([float(v[1]) for v in series["values"]]) * scale
-            ax.plot(t, y, lw=1.5, label=legend(target, series["metric"]))
+            name = legend(target, series["metric"])
+            if name in right:
+                twin = twin or ax.twinx()
+                twin.plot(t, y, lw=1.5, color=next(colors), label=name)
+                twin.set_ylabel(name, fontsize=7)
+                twin.tick_params(labelsize=7)
+            else:
+                ax.plot(t, y, lw=1.5, color=next(colors), label=name)
     ax.set_ylabel(unit)
     ax.set_xlim(0, end - start)
-    ax.legend(fontsize=7, loc="upper left")
+    handles = [h for a in (ax, twin) if a for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles=handles, fontsize=7, loc="upper left")
 
 
 def draw_stat(ax, panel, api, start, end):
@@ -137,25 +154,50 @@ def draw_heatmap(ax, panel, api, start, end):
     ax.set_ylabel("live fraction bucket")
 
 
+def summarize(api, start, end):
+    """Whole-run figures for bench/RESULTS.md, from the same Prometheus."""
+    window = f"{int(end - start)}s"
+    figures = {
+        "requests by status": f"sum by (code) (increase(fpa_requests_total[{window}]))",
+        "mean live-key fraction of finished requests":
+            f"sum(increase(fpa_request_live_fraction_sum[{window}])) / "
+            f"sum(increase(fpa_request_live_fraction_count[{window}]))",
+        "mean bytes held / bytes of a full cache (while any were live)":
+            f"avg_over_time((sum(fpa_cache_bytes_held) / sum(fpa_cache_bytes_full) > 0)[{window}:1s])",
+        "peak pages in use / pool": f"max_over_time((sum(fpa_cache_pages_in_use) / "
+                                    f"sum(fpa_cache_pages_total))[{window}:1s])",
+    }
+    for name, expr in figures.items():
+        url = f"{api}/query?" + urllib.parse.urlencode({"query": expr, "time": end})
+        result = json.loads(scrape(url))["data"]["result"]
+        values = ", ".join(" ".join([*r["metric"].values(), f"{float(r['value'][1]):.3g}"])
+                           for r in result)
+        print(f"{name}: {values}")
+
+
 DRAW = {"timeseries": draw_timeseries, "stat": draw_stat, "heatmap": draw_heatmap}
 
 
 def render(api, start, end, out):
     board = dashboard()
-    panels = [p for p in board["panels"] if p["type"] != "row"]
-    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    fig = plt.figure(figsize=(20, rows * 0.42))
-    grid = fig.add_gridspec(rows, 24, hspace=1.6, wspace=1.2)
-    for panel in panels:
+    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in board["panels"])
+    fig = plt.figure(figsize=(20, rows * 0.5))
+    grid = fig.add_gridspec(rows, 24, hspace=3.2, wspace=2.5, top=0.95, bottom=0.03)
+    for panel in board["panels"]:
         g = panel["gridPos"]
         ax = fig.add_subplot(grid[g["y"]:g["y"] + g["h"], g["x"]:g["x"] + g["w"]])
+        if panel["type"] == "row":
+            ax.axis("off")
+            ax.text(0, 0, panel["title"], fontsize=13, weight="bold", transform=ax.transAxes)
+            continue
         DRAW[panel["type"]](ax, panel, api, start, end)
         ax.set_title(panel["title"], fontsize=10, loc="left")
         if panel["type"] != "stat":
             ax.set_xlabel("seconds", fontsize=7)
             ax.tick_params(labelsize=7)
-    fig.suptitle(f"{board['title']} — every panel's PromQL through Prometheus, scraping a live "
-                 "fpa-serve under a light / overload / light load", fontsize=12)
+    phases = ", ".join(f"{clients} clients for {seconds} s" for seconds, clients in PHASES)
+    fig.suptitle(f"{board['title']}: each panel's PromQL through Prometheus scraping a live "
+                 f"fpa-serve ({phases})", fontsize=12)
     fig.savefig(out, dpi=80, bbox_inches="tight")
     print(f"wrote {out}")
 
@@ -188,7 +230,9 @@ def main():
         start = time.time()
         drive_load(f"127.0.0.1:{grpc_port}", args.build)
         time.sleep(5)
-        render(api, start, time.time(), args.out)
+        end = time.time()
+        render(api, start, end, args.out)
+        summarize(api, start, end)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,10 @@ def entrypoint_and_cmd(runtime):
     return entrypoint["json"], cmd["json"]
 
 
-def runtime_packages(runtime):
-    """Packages that the runtime stage's `apt-get install` names."""
+def runtime_packages(stage_facts):
+    """Packages that a stage's `apt-get install` names."""
     packages = []
-    for run in instructions(runtime, "RUN"):
+    for run in instructions(stage_facts, "RUN"):
         args = run["args"]
         for i in range(len(args) - 1):
             if args[i:i + 2] == ["apt-get", "install"]:
@@ -180,11 +180,18 @@ def with_dependencies(packages):
     return closure
 
 
-def test_runtime_packages_are_what_the_binaries_load(runtime):
+def is_cuda_build(binary):
+    return any(is_cuda_toolkit(p) for p in loaded_libraries(binary))
+
+
+def test_runtime_packages_are_what_the_binaries_load(facts, runtime):
     needed = shared_library_packages(binaries())
     listed = set(runtime_packages(runtime))
-    missing = needed - BASE_PACKAGES - with_dependencies(listed)
-    assert not missing, f"missing from the runtime stage: {missing}"
+    # A CUDA build loads a few more (Debian) libraries, which the cuda stage adds.
+    cuda_build = is_cuda_build(binaries()[0])
+    available = listed | (set(runtime_packages(stage(facts, "cuda"))) if cuda_build else set())
+    missing = needed - BASE_PACKAGES - with_dependencies(available)
+    assert not missing, f"missing from the {'cuda' if cuda_build else 'runtime'} stage: {missing}"
     assert listed <= needed, f"installed but not loaded: {listed - needed}"
 
 
@@ -224,15 +231,18 @@ def place(src, rootfs, dest=None):
         shutil.copy2(src, target)
 
 
-def assemble_rootfs(rootfs, runtime, serve, probe, model):
+def assemble_rootfs(rootfs, runtime, cuda, serve, probe, model):
     """The runtime stage as a directory: Debian 12's merged-/usr layout, the files of the
     packages it installs and of their dependencies (from the base's libc6 on), the alternatives links their maintainer
-    scripts would make, a CUDA build's cudart and cuBLAS (the cuda stage's), the binaries,
-    the model, and the image's user."""
+    scripts would make, for a CUDA build the cuda stage's packages and cudart and cuBLAS, the
+    binaries, the model, and the image's user."""
     for top in ("bin", "sbin", "lib", "lib64"):
         (rootfs / "usr" / top).mkdir(parents=True, exist_ok=True)
         os.symlink(f"usr/{top}", rootfs / top)
-    for package in sorted(with_dependencies(BASE_PACKAGES | set(runtime_packages(runtime)))):
+    packages = BASE_PACKAGES | set(runtime_packages(runtime))
+    if is_cuda_build(serve):  # its Debian packages; NVIDIA's libraries are copied below
+        packages |= {p for p in runtime_packages(cuda) if "${CUDA_VERSION}" not in p}
+    for package in sorted(with_dependencies(packages)):
         for path in package_files(package):
             place(path, rootfs)
     for binary in (serve, probe):
@@ -275,13 +285,14 @@ def with_loopback_ports(args, grpc, metrics):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
-def test_runtime_rootfs_serves_as_the_image_user_and_passes_its_healthcheck(runtime, tmp_path):
+def test_runtime_rootfs_serves_as_the_image_user_and_passes_its_healthcheck(facts, runtime,
+                                                                           tmp_path):
     serve, probe = binaries()
     model = model_for_tests()
     if model is None:
         pytest.skip("no model yet (models/fpa-tiny or tests/vectors/fpa_free)")
     rootfs = tmp_path / "rootfs"
-    userspec = assemble_rootfs(rootfs, runtime, serve, probe, model)
+    userspec = assemble_rootfs(rootfs, runtime, stage(facts, "cuda"), serve, probe, model)
     os.chmod(rootfs, 0o755)
     entrypoint, cmd = entrypoint_and_cmd(runtime)
     grpc, metrics = free_port(), free_port()
