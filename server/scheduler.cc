@@ -52,7 +52,9 @@ void Scheduler::start() {
 absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
   std::lock_guard lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down");
-  if (static_cast<int>(waiting_.size()) >= options_.max_queue) {
+  // Requests the batch can take at the next iteration do not count as queued.
+  int free_slots = std::max(0, options_.max_batch - n_running_.load());
+  if (static_cast<int>(waiting_.size()) >= options_.max_queue + free_slots) {
     return absl::ResourceExhaustedError(absl::StrCat("request queue full: ", waiting_.size(),
                                                      " requests waiting (--max-queue ",
                                                      options_.max_queue, ")"));
@@ -105,6 +107,7 @@ void Scheduler::loop() {
         }
       }
       n_waiting_ = static_cast<int>(waiting_.size());
+      n_running_ = static_cast<int>(running_.size() + admitted.size());
       if (!abort && stopping_ && waiting_.empty() && running_.empty() && admitted.empty()) break;
     }
     if (abort) {

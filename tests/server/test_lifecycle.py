@@ -66,6 +66,18 @@ def test_queue_overflow_is_resource_exhausted(make_server):
     assert s.metrics()['fpa_requests_total{code="RESOURCE_EXHAUSTED"}'] == 3
 
 
+def test_queue_of_zero_still_fills_the_batch(make_server):
+    s = make_server("--max-batch", "1", "--max-queue", "0", "--max-new-tokens", str(LONG))
+    first = s.client.stream("runs", max_new_tokens=LONG, ignore_eos=True)
+    next(first)
+    with pytest.raises(grpc.RpcError) as e:
+        s.client.generate("refused", max_new_tokens=1)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    first.cancel()
+    wait_for(lambda: idle(s))
+    assert s.client.generate("served", max_new_tokens=2).usage.generated_tokens == 2
+
+
 def test_cache_exhausted_is_resource_exhausted(make_server):
     s = make_server("--cache-pages", "32")
     with pytest.raises(grpc.RpcError) as e:
