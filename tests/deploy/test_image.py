@@ -263,14 +263,14 @@ def assemble_rootfs(rootfs, runtime, cuda, serve, probe, model):
     (rootfs / "etc/passwd").write_text(
         f"root:x:0:0:root:/root:/bin/sh\nfpa:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n")
     (rootfs / "etc/group").write_text(f"root:x:0:\nfpa:x:{gid}:\n")
-    (rootfs / "tmp").mkdir(mode=0o1777)
     return f"{uid}:{gid}"
 
 
 def in_rootfs(rootfs, userspec, argv):
     """argv run as userspec inside rootfs. chroot execs it, so the child's pid is the
-    program's own and SIGTERM reaches it as `docker stop` would. No /proc, /sys or /dev is
-    mounted: stricter than a container, which has them."""
+    program's own and SIGTERM reaches it as `docker stop` would. No /proc, /sys, /dev or /tmp,
+    and nothing writable by that user (as under the pods' readOnlyRootFilesystem): stricter
+    than a container."""
     return ["chroot", f"--userspec={userspec}", str(rootfs), *argv]
 
 
