@@ -3,7 +3,10 @@ every metric the dashboard, the alert rules and the autoscaler name is one the s
 exports; every dashboard query returns data; every alert rule evaluates without error."""
 
 import json
+import os
+import signal
 import sys
+import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
@@ -90,8 +93,10 @@ def live(tmp_path_factory):
         send_load(f"127.0.0.1:{grpc_port}", fpa_pb2, fpa_pb2_grpc)
 
         def scraped_after_load():
-            total = query(api, "sum(fpa_requests_total)")
-            return total and float(total[0]["value"][1]) >= len(PROMPTS) + 1
+            # rate() needs a few samples after the series appeared, however fast the load was.
+            done = query(api, "sum(fpa_requests_total) and on() "
+                              "min(count_over_time(fpa_requests_total[15s])) >= 3")
+            return done and float(done[0]["value"][1]) >= len(PROMPTS) + 1
         wait_until(scraped_after_load, "Prometheus scraped the load", prometheus, timeout=30)
         yield {"metrics": scrape(f"http://127.0.0.1:{metrics_port}/metrics"), "api": api,
                "prometheus": prometheus}
@@ -148,3 +153,39 @@ def test_alert_rules_evaluate_without_errors_in_prometheus(live):
         assert rule["health"] == "ok", f"{rule['name']}: {rule.get('lastError')}"
     # Under this light load nothing is wrong, so nothing fires.
     assert [r["name"] for r in rules if r["state"] == "firing"] == []
+
+
+def test_sigterm_turns_readiness_off_and_finishes_in_flight_requests(tmp_path):
+    """What the pods' readiness probe and terminationGracePeriodSeconds rely on."""
+    binary, model = fpa_serve_binary(), model_for_tests()
+    if binary is None or model is None:
+        pytest.skip("fpa-serve or a model not there yet")
+    fpa_pb2, fpa_pb2_grpc, health_pb2, health_pb2_grpc = stubs()
+    grpc_port, metrics_port = free_port(), free_port()
+    argv = serve_argv(binary, model, grpc_port, metrics_port, "--threads", "1",
+                      "--drain-seconds", "60")
+    with Process(argv, tmp_path / "serve.log") as server, \
+            grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+
+        def status():
+            try:
+                return health.Check(health_pb2.HealthCheckRequest(service="fpa.v1.FpaService"),
+                                    timeout=2).status
+            except grpc.RpcError:
+                return None
+        wait_until(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "SERVING", server)
+        # Enough in flight (several long generations) that the drain outlasts the checks.
+        request = fpa_pb2.GenerateRequest(text="drain", max_new_tokens=2000, ignore_eos=True)
+        streams = [fpa_pb2_grpc.FpaServiceStub(channel).GenerateStream(request, timeout=120)
+                   for _ in range(4)]
+        counts = [len(next(stream).token_ids) for stream in streams]
+        os.kill(server.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while status() == health_pb2.HealthCheckResponse.SERVING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert status() == health_pb2.HealthCheckResponse.NOT_SERVING
+        for i, stream in enumerate(streams):
+            counts[i] += sum(len(message.token_ids) for message in stream)
+        assert counts == [2000] * 4, "in-flight requests were cut short"
+        assert server.proc.wait(timeout=65) == 0
