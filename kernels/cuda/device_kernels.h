@@ -49,16 +49,6 @@ struct AttentionArgs {
   float* partial = nullptr;  // [rows][n_heads][splits][head_dim + 2]
   float* out = nullptr;      // [rows][n_heads * head_dim]
 };
-// How many parts each (row, head) splits its cached keys into: enough warps to fill the device
-// (about 128 per SM on a 132-SM H200), never fewer than 32 keys (one warp tile) a part.
-inline int attention_splits(int pairs, int max_keys) {
-  constexpr int kTargetWarps = 16384;
-  constexpr int kMinKeysPerSplit = 32;
-  const int want = (kTargetWarps + pairs - 1) / pairs;
-  const int most = max_keys / kMinKeysPerSplit > 1 ? max_keys / kMinKeysPerSplit : 1;
-  return want < 1 ? 1 : (want > most ? most : want);
-}
-
 // Attention of every row over its sequence's cached keys and its own chunk's keys up to itself,
 // then the split combine, then (prompt chunks) the cached keys' m update and dead-key marking.
 // One-token items update m and mark their dead keys in place during the attention pass.

@@ -3,6 +3,7 @@
 // host cache's eviction and insertion for one layer, returning what the device must mirror.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -76,6 +77,15 @@ absl::StatusOr<LayerUpdate> update_layer(std::span<const ForwardItem> items,
                                          std::span<const float> beta,
                                          std::span<const float> thresholds, const FieldRows& field,
                                          cache::KvCache& cache);
+
+// How many parts each (row, head) splits its cached keys into: enough warps to fill the device
+// (about 128 per SM on a 132-SM H200), never fewer than 32 keys (one warp tile) a part.
+inline int attention_splits(int pairs, int max_keys) {
+  constexpr int kTargetWarps = 16384;
+  constexpr int kMinKeysPerSplit = 32;
+  return std::clamp((kTargetWarps + pairs - 1) / pairs, 1,
+                    std::max(1, max_keys / kMinKeysPerSplit));
+}
 
 // Benchmarks: the last `keep_last` of n_tokens keys of a walk falling by -phi_step per token
 // from phi0, with tied levels: token offset, level and running minimum m at the end.

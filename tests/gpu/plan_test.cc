@@ -83,6 +83,29 @@ TEST(Thresholds, TauOverBetaOnlyWhereFpaCanEvict) {
   EXPECT_EQ(eviction_thresholds(items, beta, *cache), (std::vector<float>{1.5f, kInf, kInf, kInf}));
 }
 
+TEST(AttentionSplits, FillTheDeviceButKeepAWarpTileEach) {
+  EXPECT_EQ(attention_splits(8, 16384), 512);    // batch 1, 8 heads: bounded by 32 keys a part
+  EXPECT_EQ(attention_splits(1024, 16384), 16);  // batch 128: 16 x 1024 warps
+  EXPECT_EQ(attention_splits(100000, 16384), 1);
+  EXPECT_EQ(attention_splits(8, 10), 1);
+}
+
+TEST(SyntheticWalk, KeepsTheLastKeysWithTheirRunningMinimum) {
+  for (float step : {-0.5f, 0.25f}) {
+    const std::vector<SyntheticKey> keys = synthetic_walk(10, 1.0f, step, 4);
+    ASSERT_EQ(keys.size(), 4u);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int t = 6 + static_cast<int>(i);
+      EXPECT_EQ(keys[i].offset, t);
+      EXPECT_FLOAT_EQ(keys[i].lvl, 1.0f + step * (t + 1));
+      float m = kInf;  // min of phi over the tokens after t
+      for (int u = t + 1; u < 10; ++u) m = std::min(m, 1.0f + step * (u + 1));
+      EXPECT_FLOAT_EQ(keys[i].m, m) << "step " << step << " t " << t;
+    }
+  }
+  EXPECT_EQ(synthetic_walk(3, 0.0f, -1.0f, 8).size(), 3u);
+}
+
 // Brute force per stream: the live keys' levels, evicted step by step.
 struct Reference {
   std::map<int32_t, float> live;  // pos -> lvl
