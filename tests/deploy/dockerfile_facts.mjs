@@ -2,7 +2,7 @@
 // instruction syntax, flags, ports, signals, stage names, JSON forms) and prints what the
 // tests check next, parsed by dockerfile-ast: each stage's instructions with their arguments.
 // Usage: node dockerfile_facts.mjs Dockerfile; stdout: {problems, stages: [{name, from,
-// instructions: [{keyword, args, json}]}]}.
+// instructions: [{keyword, args, json, text}]}]} (text: the whole instruction, one line).
 import { readFileSync } from 'node:fs';
 import { DockerfileParser } from 'dockerfile-ast';
 import { validate, ValidationSeverity } from 'dockerfile-utils';
@@ -36,6 +36,7 @@ for (const instruction of DockerfileParser.parse(content).getInstructions()) {
     keyword,
     args: instruction.getArguments().map((a) => a.getValue()),
     json: json && json.length ? json : null,
+    text: instruction.toString(),
   });
 }
 process.stdout.write(JSON.stringify({ problems, stages }, null, 1));

@@ -1,15 +1,18 @@
 """The container image without a Docker engine (none runs here): the Dockerfile linted and
 parsed; its build stages' CMake targets and paths checked against a real build; its runtime
 package list checked against the shared libraries the built binaries load; and the runtime
-stage rebuilt as a root filesystem from exactly those Debian packages, the binaries and the
-model, where fpa-serve runs as the image's user with the image's command line and passes the
-image's own HEALTHCHECK."""
+image assembled without a registry: a root filesystem from exactly those Debian packages, the
+binaries and the model, made into an image by buildah with the Dockerfile's own image
+configuration, in whose filesystem fpa-serve then runs as the image's user with the image's
+command line and passes the image's HEALTHCHECK."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,9 @@ from deploy_env import (BUILD, Process, dockerfile_facts, flag_values, free_port
                         wait_until)
 
 HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
+BUILDAH = shutil.which("buildah")
+# The Dockerfile instructions that make up an image's configuration rather than its files.
+IMAGE_CONFIG = ("ENV", "USER", "EXPOSE", "STOPSIGNAL", "HEALTHCHECK", "ENTRYPOINT", "CMD")
 # In every Debian image (debian:12-slim included) before any package is added.
 BASE_PACKAGES = {"libc6"}
 
@@ -263,7 +269,7 @@ def assemble_rootfs(rootfs, runtime, cuda, serve, probe, model):
     (rootfs / "etc/passwd").write_text(
         f"root:x:0:0:root:/root:/bin/sh\nfpa:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n")
     (rootfs / "etc/group").write_text(f"root:x:0:\nfpa:x:{gid}:\n")
-    return f"{uid}:{gid}"
+    os.chmod(rootfs, 0o755)
 
 
 def in_rootfs(rootfs, userspec, argv):
@@ -284,23 +290,82 @@ def with_loopback_ports(args, grpc, metrics):
     return out
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
-def test_runtime_rootfs_serves_as_the_image_user_and_passes_its_healthcheck(facts, runtime,
-                                                                           tmp_path):
+class Buildah:
+    """buildah with its own storage in a test folder (vfs: no overlay mounts needed)."""
+
+    def __init__(self, root):
+        self.argv = [BUILDAH, "--root", str(root / "storage"), "--runroot", str(root / "run"),
+                     "--storage-driver", "vfs"]
+
+    def __call__(self, *args):
+        result = subprocess.run([*self.argv, *map(str, args)], capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, f"buildah {args[0]}: {result.stderr}"
+        return result.stdout.strip()
+
+
+def containerfile(facts, variant):
+    """FROM scratch, the assembled filesystem, then the image configuration of the runtime
+    and variant stages (USER, ENTRYPOINT, CMD, HEALTHCHECK, ...) verbatim from the Dockerfile."""
+    lines = ["FROM scratch", "COPY rootfs/ /"]
+    for name in ("runtime", variant):
+        lines += [i["text"] for i in stage(facts, name)["instructions"]
+                  if i["keyword"] in IMAGE_CONFIG]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def image(facts, runtime, tmp_path_factory):
+    """The runtime image of this build's variant, assembled by buildah without a registry:
+    (its configuration as buildah recorded it, its filesystem mounted from buildah's store)."""
+    if os.geteuid() != 0:
+        pytest.skip("chroot and buildah's storage need root")
+    if BUILDAH is None:
+        pytest.skip("buildah (Debian's) absent")
     serve, probe = binaries()
     model = model_for_tests()
     if model is None:
         pytest.skip("no model yet (models/fpa-tiny or tests/vectors/fpa_free)")
-    rootfs = tmp_path / "rootfs"
-    userspec = assemble_rootfs(rootfs, runtime, stage(facts, "cuda"), serve, probe, model)
-    os.chmod(rootfs, 0o755)
+    work = tmp_path_factory.mktemp("image")
+    variant = "cuda" if is_cuda_build(serve) else "cpu"
+    assemble_rootfs(work / "context/rootfs", runtime, stage(facts, "cuda"), serve, probe, model)
+    (work / "context/Containerfile").write_text(containerfile(facts, variant))
+    buildah = Buildah(work)
+    tag = f"localhost/fpa-serve:{variant}"
+    # Docker format: OCI image configs have no HEALTHCHECK.
+    buildah("build", "--isolation", "chroot", "--format", "docker", "--tag", tag,
+            work / "context")
+    config = json.loads(buildah("inspect", "--type", "image", tag))["Docker"]["config"]
+    container = buildah("from", tag)
+    yield config, Path(buildah("mount", container))
+    buildah("umount", container)
+    buildah("rm", container)
+    shutil.rmtree(work)  # a CUDA build's image holds cuBLAS: gigabytes in vfs layers
+
+
+def test_image_config_is_the_dockerfiles(image, runtime):
+    config, _ = image
     entrypoint, cmd = entrypoint_and_cmd(runtime)
+    (user,) = instructions(runtime, "USER")
+    assert (config["Entrypoint"], config["Cmd"], config["User"]) == (entrypoint, cmd,
+                                                                     user["args"][0])
+    assert config["Healthcheck"]["Test"] == ["CMD", *healthcheck_command(runtime)]
+    assert set(config["ExposedPorts"]) == {f"{grpc_port()}/tcp", f"{metrics_port()}/tcp"}
+    assert config["StopSignal"] == "SIGTERM"
+
+
+def test_image_serves_as_its_user_and_passes_its_healthcheck(image, tmp_path):
+    config, rootfs = image
     grpc, metrics = free_port(), free_port()
-    argv = with_loopback_ports(entrypoint + cmd + ["--threads", "1"], grpc, metrics)
-    healthcheck = with_loopback_ports(healthcheck_command(runtime), grpc, metrics)
-    with Process(in_rootfs(rootfs, userspec, argv), tmp_path / "serve.log") as server:
+    argv = with_loopback_ports(config["Entrypoint"] + config["Cmd"] + ["--threads", "1"],
+                               grpc, metrics)
+    kind, *healthcheck = config["Healthcheck"]["Test"]
+    assert kind == "CMD"
+    healthcheck = with_loopback_ports(healthcheck, grpc, metrics)
+    user = config["User"]
+    with Process(in_rootfs(rootfs, user, argv), tmp_path / "serve.log") as server:
         def healthy():
-            check = subprocess.run(in_rootfs(rootfs, userspec, healthcheck),
+            check = subprocess.run(in_rootfs(rootfs, user, healthcheck),
                                    capture_output=True, text=True, timeout=30)
             return check.returncode == 0 and check.stdout.strip() == "SERVING"
         wait_until(healthy, "the image's HEALTHCHECK", server, timeout=120)
