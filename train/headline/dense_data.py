@@ -1,0 +1,84 @@
+"""A dense passkey curriculum: one complete passkey episode per row, rows of 128 to 512 tokens.
+
+The trainer's mix (train/data.py) gives 5 weighted answer digits per 512-token row at most; here
+every row but the English ones is an episode that ends in its answer, and short rows (several per
+step) make most of them cheap. The needle and question keep data.py's exact wording; the filler
+is cut at sentence boundaries so that episodes shorter than one filler group exist, and the
+needle sits at a random sentence boundary. Weighted targets: the answer digits and the second
+copy of the key inside the needle ("... Remember it. NNNNN is ..."), the same copy at short range,
+a stepping stone for the long-range one.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from data import FILLER, QUESTION, TASK, license_texts, needle, passkey_prompt, random_key  # noqa: E402
+from reference import BOS, EOS, encode  # noqa: E402
+
+SENTENCES = [s if s.endswith(".") else s + "." for s in FILLER.split(". ")]
+
+
+def _filler(rng: random.Random, n_chars: int) -> list[str]:
+    """Filler sentences, in FILLER's order from a random start, about n_chars long."""
+    out, at, size = [], rng.randrange(len(SENTENCES)) if rng.random() < 0.5 else 0, 0
+    while size < n_chars:
+        out.append(SENTENCES[at % len(SENTENCES)])
+        size += len(out[-1]) + 1
+        at += 1
+    return out
+
+
+def episode_text(rng: random.Random, n_tokens: int, key: str) -> str:
+    """Prompt text of at most about n_tokens tokens, needle at a random sentence boundary."""
+    if n_tokens >= 300 and rng.random() < 0.5:  # the benchmark's own prompt, whole filler groups
+        return passkey_prompt(n_tokens, rng.random(), key, task=True)
+    task = n_tokens >= 260 and rng.random() < 0.5
+    head = [TASK] if task else []
+    fixed = len(encode(" ".join(head + [needle(key), QUESTION])))
+    filler = _filler(rng, max(0, n_tokens - fixed - 20))
+    at = rng.randint(0, len(filler))
+    return " ".join(head + filler[:at] + [needle(key)] + filler[at:] + [QUESTION])
+
+
+def episode(rng: random.Random, n_tokens: int, answer_w: float, copy_w: float):
+    """(tokens, weights of predicting token p at index p-1) for one episode of <= n_tokens."""
+    key = random_key(rng)
+    text = episode_text(rng, rng.randint(max(100, n_tokens // 2), n_tokens - 8), key)
+    tokens = encode(text) + list(f" {key}.".encode()) + [EOS]
+    weights = {}
+    second = text.index(needle(key)) + len(f"The pass key is {key}. Remember it. ")
+    for p in range(second + 1, second + 6):  # +1: BOS
+        weights[p] = copy_w
+    for p in range(len(tokens) - 7, len(tokens) - 2):
+        weights[p] = answer_w
+    return tokens, weights
+
+
+class DenseBatches:
+    """Batches of `tokens_per_step` tokens in rows of one length drawn from `lengths`."""
+
+    def __init__(self, seed: int, text_share: float = 0.15, answer_w: float = 8.0,
+                 copy_w: float = 2.0):
+        self.rng = random.Random(seed)
+        self.text = encode("\n\n".join(license_texts(held_out=False).values()), bos=False)
+        self.text_share, self.answer_w, self.copy_w = text_share, answer_w, copy_w
+
+    def _row(self, n: int):
+        if self.rng.random() < self.text_share:
+            toks, wmap = [BOS], {}
+        else:
+            toks, wmap = episode(self.rng, n, self.answer_w, self.copy_w)
+        start = self.rng.randrange(0, len(self.text) - n)
+        toks = (toks + self.text[start:start + n])[:n]
+        return toks, [wmap.get(p, 1.0) for p in range(1, n)]
+
+    def batch(self, seq_len: int, rows: int):
+        """(inputs [B, T], targets [B, T], weights [B, T])."""
+        data = [self._row(seq_len + 1) for _ in range(rows)]
+        toks = torch.tensor([d[0] for d in data])
+        return toks[:, :-1], toks[:, 1:], torch.tensor([d[1] for d in data])
