@@ -92,9 +92,15 @@ nlohmann::json run(const Model& model, const Config& cfg) {
   std::vector<std::vector<int32_t>> tokens(cfg.batch);
   for (int b = 0; b < cfg.batch; ++b) {
     seqs.push_back(*runner.start(policy));
-    for (int t = 0; t < cfg.context + steps; ++t) tokens[b].push_back(bench_token(b, t));
+    for (int t = 0; t < cfg.context + steps; ++t) {
+      tokens[b].push_back(
+          bench_token(t < cfg.context ? 0 : b, t));  // one prompt, own continuations
+    }
   }
+  const auto p0 = std::chrono::steady_clock::now();
   prefill(runner, seqs, cfg.context, tokens);
+  const double prefill_secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
   std::vector<float> logits(cfg.batch * static_cast<size_t>(c.vocab_size));
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t cpu0 = std::clock();
@@ -121,7 +127,8 @@ nlohmann::json run(const Model& model, const Config& cfg) {
           {"seconds", secs},
           {"cpu_seconds", cpu_secs},
           {"tokens_per_s", cfg.batch * steps / secs},
-          {"live_fraction", live / full}};
+          {"live_fraction", live / full},
+          {"prefill_tokens_per_s", cfg.batch * cfg.context / prefill_secs}};
 }
 
 }  // namespace

@@ -100,13 +100,9 @@ def prefill_one(model: Model, tokens, tau) -> list:
 
 
 def prefill(model: Model, batch: int, context: int, tau, cap: int) -> list:
-    per_seq = [prefill_one(model, [bench_token(b, p) for p in range(context)], tau)
-               for b in range(batch)]
-    caches = []
-    for li in range(model.cfg.n_layers):
-        parts = list(zip(*(seq[li] for seq in per_seq)))
-        caches.append(LayerCache(*(torch.cat(p, dim=0) for p in parts), cap=cap))
-    return caches
+    """Every sequence of the batch starts from the same prompt (sequence 0's tokens)."""
+    one = prefill_one(model, [bench_token(0, p) for p in range(context)], tau)
+    return [LayerCache(*(t.expand(batch, *t.shape[1:]) for t in layer), cap=cap) for layer in one]
 
 
 def decode_step(model: Model, caches: list, tokens, pos: int, tau):

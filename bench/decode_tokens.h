@@ -1,5 +1,6 @@
 // The token stream both decode benchmarks feed (bench/decode_reference.py has the same
-// function): BOS, then pseudo-random bytes that depend on the sequence and the position.
+// function): BOS, then pseudo-random bytes that depend on the sequence and the position. Every
+// sequence of a batch gets the prompt of sequence 0 and then its own continuation.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -116,53 +118,35 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
   }
 }
 
-template <int D>
-void prefill_impl(const Chunk& c, Penalty pen, int head_dim, const CachedKeys& keys, float* out,
-                  float* chunk_acc) {
-  const int dim = D > 0 ? D : head_dim;
-  const int ps = keys.page_slots;
-  const size_t n_old = keys.pages.size() * ps;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  float* s = scratch(n_old + c.n);
-  std::fill(chunk_acc, chunk_acc + c.n, 0.0f);
-  float prefix_min = kInf;  // min of the chunk's phi up to the query
-  for (int t = 0; t < c.n; ++t) {
-    prefix_min = std::min(prefix_min, c.phi[t]);
-    const float* qt = c.q + t * c.stride;
-    for (size_t p = 0; p < keys.pages.size(); ++p) {
-      const cache::PageView& pv = keys.pages[p];
-      for (int j = 0; j < ps; ++j) {
-        s[p * ps + j] = pv.pos[j] < 0 ? -kInf
-                                      : dot(qt, pv.k + static_cast<long>(j) * dim, dim) * scale -
-                                            penalty(pen, pv.lvl[j], std::min(pv.m[j], prefix_min));
-      }
-    }
-    float seg_min = kInf;  // min of phi over (j, t], walking j down from t
-    for (int j = t; j >= 0; --j) {
-      s[n_old + j] = dot(qt, c.k + j * c.stride, dim) * scale - penalty(pen, c.lvl[j], seg_min);
-      seg_min = std::min(seg_min, c.phi[j]);
-    }
-    softmax(s, n_old + t + 1);
-    OutRow<D> row(out + t * c.stride, dim);
-    for (size_t p = 0; p < keys.pages.size(); ++p) {
-      const cache::PageView& pv = keys.pages[p];
-      for (int j = 0; j < ps; ++j) {
-        if (pv.pos[j] < 0) continue;
-        row.add(s[p * ps + j], pv.v + static_cast<long>(j) * dim);
-        pv.acc[j] += s[p * ps + j];
-      }
-    }
-    for (int j = 0; j <= t; ++j) {
-      row.add(s[n_old + j], c.v + j * c.stride);
-      chunk_acc[j] += s[n_old + j];
-    }
-    row.store(1.0f);
-  }
+// Free slots may hold anything (even NaN bits); their probability is 0, but 0 * NaN is NaN in a
+// matrix product, so their values are cleared first. The slots belong to this stream alone.
+void clear_free_values(const CachedKeys& keys, int dim) {
   for (const cache::PageView& pv : keys.pages) {
-    for (int j = 0; j < ps; ++j) {
-      if (pv.pos[j] >= 0) pv.m[j] = std::min(pv.m[j], prefix_min);
+    for (int j = 0; j < keys.page_slots; ++j) {
+      if (pv.pos[j] < 0) std::fill_n(pv.v + static_cast<long>(j) * dim, dim, 0.0f);
     }
   }
+}
+
+// Scores of one query row against the cached keys and the chunk keys 0..t, penalised and masked
+// in place (raw dot products * scale on entry); prefix_min is min(phi) over the chunk up to t.
+void penalise_row(float* row, const Chunk& c, int t, float prefix_min, Penalty pen,
+                  const CachedKeys& keys, int visible) {
+  const int ps = keys.page_slots;
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
+    for (int j = 0; j < ps; ++j) {
+      float& x = row[p * ps + j];
+      x = pv.pos[j] < 0 ? -kInf : x - penalty(pen, pv.lvl[j], std::min(pv.m[j], prefix_min));
+    }
+  }
+  float* chunk = row + keys.pages.size() * ps;
+  float seg_min = kInf;  // min of phi over (j, t], walking j down from t
+  for (int j = t; j >= 0; --j) {
+    chunk[j] -= penalty(pen, c.lvl[j], seg_min);
+    seg_min = std::min(seg_min, c.phi[j]);
+  }
+  std::fill(chunk + t + 1, chunk + visible, -kInf);  // causal
 }
 
 }  // namespace
@@ -183,19 +167,52 @@ void decode_attention(const float* q, float phi, int32_t pos, Penalty pen, int h
   }
 }
 
-void prefill_attention(const Chunk& chunk, Penalty pen, int head_dim, const CachedKeys& keys,
-                       float* out, float* chunk_acc) {
-  switch (head_dim) {
-    case 16:
-      return prefill_impl<16>(chunk, pen, head_dim, keys, out, chunk_acc);
-    case 32:
-      return prefill_impl<32>(chunk, pen, head_dim, keys, out, chunk_acc);
-    case 64:
-      return prefill_impl<64>(chunk, pen, head_dim, keys, out, chunk_acc);
-    case 128:
-      return prefill_impl<128>(chunk, pen, head_dim, keys, out, chunk_acc);
-    default:
-      return prefill_impl<0>(chunk, pen, head_dim, keys, out, chunk_acc);
+// Blocks of query rows: scores and the weighted values are matrix products (per page of cached
+// keys, and over the chunk's own keys), the penalty and the softmax are row by row.
+void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& keys, float* out,
+                       float* chunk_acc) {
+  constexpr int kRows = 32;
+  const int ps = keys.page_slots;
+  const size_t n_old = keys.pages.size() * ps;
+  const size_t ld = n_old + c.n;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  float* s = scratch(kRows * ld);
+  clear_free_values(keys, dim);
+  std::fill(chunk_acc, chunk_acc + c.n, 0.0f);
+  float prefix_min = kInf;
+  for (int t0 = 0; t0 < c.n; t0 += kRows) {
+    const int rows = std::min(kRows, c.n - t0), visible = t0 + rows;
+    const float* q = c.q + t0 * c.stride;
+    float* o = out + t0 * c.stride;
+    for (size_t p = 0; p < keys.pages.size(); ++p) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ps, dim, scale, q, c.stride,
+                  keys.pages[p].k, dim, 0.0f, s + p * ps, ld);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, visible, dim, scale, q, c.stride,
+                c.k, c.stride, 0.0f, s + n_old, ld);
+    for (int r = 0; r < rows; ++r) {
+      prefix_min = std::min(prefix_min, c.phi[t0 + r]);
+      penalise_row(s + r * ld, c, t0 + r, prefix_min, pen, keys, visible);
+      softmax(s + r * ld, n_old + visible);
+    }
+    for (size_t p = 0; p < keys.pages.size(); ++p) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, ps, 1.0f, s + p * ps, ld,
+                  keys.pages[p].v, dim, p == 0 ? 0.0f : 1.0f, o, c.stride);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, visible, 1.0f, s + n_old, ld,
+                c.v, c.stride, keys.pages.empty() ? 0.0f : 1.0f, o, c.stride);
+    for (int r = 0; r < rows; ++r) {  // attention mass, for h2o
+      const float* row = s + r * ld;
+      for (size_t p = 0; p < keys.pages.size(); ++p) {
+        for (int j = 0; j < ps; ++j) keys.pages[p].acc[j] += row[p * ps + j];
+      }
+      for (int j = 0; j < visible; ++j) chunk_acc[j] += row[n_old + j];
+    }
+  }
+  for (const cache::PageView& pv : keys.pages) {
+    for (int j = 0; j < ps; ++j) {
+      if (pv.pos[j] >= 0) pv.m[j] = std::min(pv.m[j], prefix_min);
+    }
   }
 }
 

@@ -83,6 +83,12 @@ absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
     if (std::find(seen.begin(), seen.end(), it.seq) != seen.end()) {
       return absl::InvalidArgumentError(absl::StrCat("forward: sequence ", it.seq, " twice"));
     }
+    // Keys go in at increasing positions: an item must continue where its sequence stopped.
+    if (const int64_t length = cache_.sequence_stats(it.seq).length; it.start_pos != length) {
+      return absl::InvalidArgumentError(absl::StrCat("forward: sequence ", it.seq,
+                                                     " is at position ", length,
+                                                     ", the item starts at ", it.start_pos));
+    }
     seen.push_back(it.seq);
   }
   const size_t rows = t != nullptr && t->all_logits ? b.tokens() : b.items.size();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -180,11 +181,13 @@ double pen_of(float beta, float excess, float threshold) {
   return excess >= threshold ? INFINITY : beta * std::max(0.0f, excess);
 }
 
-class PrefillTest : public ::testing::TestWithParam<float> {};
+// (eviction threshold, chunk length): +inf is a full cache, 0.5 makes the fpa rule exclude keys
+// part-way through the chunk; 40 rows span two blocks of the kernel's matrix products.
+class PrefillTest : public ::testing::TestWithParam<std::tuple<float, int>> {};
 
 TEST_P(PrefillTest, ChunkMatchesTheDefinition) {
-  const float threshold = GetParam();
-  const int dim = 8, old = 5, n = 6, stride = 2 * dim;  // rows hold two heads; we use head 0
+  const auto [threshold, n] = GetParam();
+  const int dim = 8, old = 5, stride = 2 * dim;  // rows hold two heads; we use head 0
   const std::vector<float> k = randn((old + n) * dim, 11), v = randn(k.size(), 12);
   const std::vector<float> q = randn(n * stride, 13), ck = randn(n * stride, 14),
                            cv = randn(n * stride, 15);
@@ -193,6 +196,7 @@ TEST_P(PrefillTest, ChunkMatchesTheDefinition) {
   const float beta = 0.8f;
   Pages pages(2, 4, dim);
   for (int j = 0; j < old; ++j) pages.put(j, j, &k[j * dim], &v[j * dim], old_lvl[j], old_m[j]);
+  std::fill(pages.v.begin() + old * dim, pages.v.end(), NAN);  // free slots: any garbage
   std::vector<float> out(n * stride), acc(n);
   const Chunk chunk{q.data(), ck.data(), cv.data(), stride, phi.data(), lvl.data(), n};
   prefill_attention(chunk, Penalty{beta, threshold}, dim, pages.keys(), out.data(), acc.data());
@@ -240,8 +244,9 @@ TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {
   pool.run(0, [&](int) { ADD_FAILURE(); });
 }
 
-// +inf: a full cache; 0.5: the fpa rule excludes some keys part-way through the chunk.
-INSTANTIATE_TEST_SUITE_P(Thresholds, PrefillTest, ::testing::Values(INFINITY, 0.5f));
+INSTANTIATE_TEST_SUITE_P(ThresholdsAndLengths, PrefillTest,
+                         ::testing::Combine(::testing::Values(INFINITY, 0.5f),
+                                            ::testing::Values(6, 40)));
 
 }  // namespace
 }  // namespace fpa::cpu
