@@ -11,6 +11,7 @@ the panels in the dashboard's own grid with matplotlib.
 import argparse
 import json
 import random
+import shutil
 import sys
 import threading
 import time
@@ -163,7 +164,8 @@ def summarize(api, start, end):
             f"sum(increase(fpa_request_live_fraction_sum[{window}])) / "
             f"sum(increase(fpa_request_live_fraction_count[{window}]))",
         "mean bytes held / bytes of a full cache (while any were live)":
-            f"avg_over_time((sum(fpa_cache_bytes_held) / sum(fpa_cache_bytes_full) > 0)[{window}:1s])",
+            f"avg_over_time((sum(fpa_cache_bytes_held) / sum(fpa_cache_bytes_full) > 0)"
+            f"[{window}:1s])",
         "peak pages in use / pool": f"max_over_time((sum(fpa_cache_pages_in_use) / "
                                     f"sum(fpa_cache_pages_total))[{window}:1s])",
     }
@@ -209,7 +211,8 @@ def main():
     parser.add_argument("--out", type=Path, default=REPO / "bench/dashboard.png")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench/out/dashboard")
     args = parser.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)  # a fresh Prometheus database each run
+    args.workdir.mkdir(parents=True)
     grpc_port, metrics_port, prom_port = free_port(), free_port(), free_port()
     serve = serve_argv(args.build / "server/fpa-serve", args.model, grpc_port, metrics_port,
                        "--threads", "1", "--max-batch", "4", "--max-queue", "6",

@@ -4,7 +4,6 @@ checkers in this folder, and an fpa-serve process on loopback."""
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,10 +29,8 @@ def serving_flags():
 def contract_metrics():
     """Metric names of the metrics table of docs/serving.md (labels stripped)."""
     text = (REPO / "docs/serving.md").read_text()
-    return {
-        name: kind
-        for name, kind in re.findall(r"^\| `(fpa_[a-z_]+)(?:\{[a-z]+\})?` \| ([a-z]+) \|", text, re.M)
-    }
+    row = r"^\| `(fpa_[a-z_]+)(?:\{[a-z]+\})?` \| ([a-z]+) \|"
+    return dict(re.findall(row, text, re.M))
 
 
 def port_of(address):

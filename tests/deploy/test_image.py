@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy_env import (BUILD, Process, dockerfile_facts, flag_values, free_port, grpc_port,
-                        health_probe_binary, healthcheck_command, instructions, metrics_port,
-                        scrape, serving_flags, stage, model_for_tests, fpa_serve_binary,
+from deploy_env import (BUILD, Process, dockerfile_facts, flag_values, fpa_serve_binary,
+                        free_port, grpc_port, health_probe_binary, healthcheck_command,
+                        instructions, metrics_port, model_for_tests, scrape, serving_flags, stage,
                         wait_until)
 
 HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
@@ -53,7 +53,7 @@ def entrypoint_and_cmd(runtime):
     return entrypoint["json"], cmd["json"]
 
 
-def runtime_packages(stage_facts):
+def apt_packages(stage_facts):
     """Packages that a stage's `apt-get install` names."""
     packages = []
     for run in instructions(stage_facts, "RUN"):
@@ -192,10 +192,10 @@ def is_cuda_build(binary):
 
 def test_runtime_packages_are_what_the_binaries_load(facts, runtime):
     needed = shared_library_packages(binaries())
-    listed = set(runtime_packages(runtime))
+    listed = set(apt_packages(runtime))
     # A CUDA build loads a few more (Debian) libraries, which the cuda stage adds.
     cuda_build = is_cuda_build(binaries()[0])
-    available = listed | (set(runtime_packages(stage(facts, "cuda"))) if cuda_build else set())
+    available = listed | (set(apt_packages(stage(facts, "cuda"))) if cuda_build else set())
     missing = needed - BASE_PACKAGES - with_dependencies(available)
     assert not missing, f"missing from the {'cuda' if cuda_build else 'runtime'} stage: {missing}"
     assert listed <= needed, f"installed but not loaded: {listed - needed}"
@@ -239,15 +239,15 @@ def place(src, rootfs, dest=None):
 
 def assemble_rootfs(rootfs, runtime, cuda, serve, probe, model):
     """The runtime stage as a directory: Debian 12's merged-/usr layout, the files of the
-    packages it installs and of their dependencies (from the base's libc6 on), the alternatives links their maintainer
-    scripts would make, for a CUDA build the cuda stage's packages and cudart and cuBLAS, the
-    binaries, the model, and the image's user."""
+    packages it installs and of their dependencies (from the base's libc6 on), the
+    alternatives links their maintainer scripts would make, for a CUDA build the cuda stage's
+    packages and cudart and cuBLAS, the binaries, the model, and the image's user."""
     for top in ("bin", "sbin", "lib", "lib64"):
         (rootfs / "usr" / top).mkdir(parents=True, exist_ok=True)
         os.symlink(f"usr/{top}", rootfs / top)
-    packages = BASE_PACKAGES | set(runtime_packages(runtime))
+    packages = BASE_PACKAGES | set(apt_packages(runtime))
     if is_cuda_build(serve):  # its Debian packages; NVIDIA's libraries are copied below
-        packages |= {p for p in runtime_packages(cuda) if "${CUDA_VERSION}" not in p}
+        packages |= {p for p in apt_packages(cuda) if "${CUDA_VERSION}" not in p}
     for package in sorted(with_dependencies(packages)):
         for path in package_files(package):
             place(path, rootfs)

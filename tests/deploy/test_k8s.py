@@ -69,7 +69,8 @@ def test_type_check_rejects_a_misspelt_probe():
 
 
 def test_kustomize_renders_every_file_of_the_cpu_variant():
-    names = lambda objs: sorted((o["kind"], o["metadata"]["name"]) for o in objs)  # noqa: E731
+    def names(objects):
+        return sorted((o["kind"], o["metadata"]["name"]) for o in objects)
     assert names(rendered("cpu")) == names(files_of(K8S / "cpu"))
 
 

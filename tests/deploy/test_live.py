@@ -4,7 +4,9 @@ exports; every dashboard query returns data; every alert rule evaluates without 
 
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -17,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_env import (BUILD, DEPLOY, Process, adapter_queries, contract_metrics,
                         dashboard_queries, fpa_serve_binary, free_port, load_yaml_docs,
-                        promql_metric_names, rule_queries, scrape, serve_argv, model_for_tests,
-                        wait_until)
+                        model_for_tests, promql_metric_names, rule_queries, scrape, serve_argv,
+                        serving_flags, wait_until)
 
 sys.path.insert(0, str(BUILD / "proto/python"))
 
@@ -189,3 +191,14 @@ def test_sigterm_turns_readiness_off_and_finishes_in_flight_requests(tmp_path):
             counts[i] += sum(len(message.token_ids) for message in stream)
         assert counts == [2000] * 4, "in-flight requests were cut short"
         assert server.proc.wait(timeout=65) == 0
+
+
+def test_the_binary_takes_every_flag_of_the_contract():
+    """The deploy files are checked against docs/serving.md; this checks that against the
+    daemon's own --help."""
+    binary = fpa_serve_binary()
+    if binary is None:
+        pytest.skip(f"fpa-serve not built in {BUILD} yet")
+    result = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30)
+    taken = set(re.findall(r"^\s+(--[a-z-]+)", result.stdout + result.stderr, re.M))
+    assert set(serving_flags()) <= taken, set(serving_flags()) - taken
