@@ -29,7 +29,7 @@ import yaml  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests/deploy"))
 from deploy_env import (DEPLOY, GRAFANA_MACROS, Process, dashboard, free_port,  # noqa: E402
-                        scrape, serve_argv, model_for_tests, wait_until)
+                        scrape, serve_argv, shipped_model, wait_until)
 
 # (seconds, concurrent clients): light, then more than --max-batch, then light again.
 PHASES = [(30, 2), (40, 10), (30, 1)]
@@ -207,7 +207,7 @@ def render(api, start, end, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", type=Path, default=REPO / "build")
-    parser.add_argument("--model", type=Path, default=model_for_tests())
+    parser.add_argument("--model", type=Path, default=shipped_model())
     parser.add_argument("--out", type=Path, default=REPO / "bench/dashboard.png")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench/out/dashboard")
     args = parser.parse_args()

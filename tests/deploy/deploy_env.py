@@ -157,11 +157,17 @@ def health_probe_binary():
 
 
 def model_for_tests():
-    """The shipped model when it is there, else the small random-weight test model."""
-    for candidate in ("models/fpa-tiny", "tests/vectors/fpa_free"):
+    """The small random-weight test model (fast and always there), else the shipped one."""
+    for candidate in ("tests/vectors/fpa_free", "models/fpa-tiny"):
         if (REPO / candidate / "model.safetensors").exists():
             return REPO / candidate
     return None
+
+
+def shipped_model():
+    """models/fpa-tiny when the trainer has shipped it, else the test model."""
+    shipped = REPO / "models/fpa-tiny"
+    return shipped if (shipped / "model.safetensors").exists() else model_for_tests()
 
 
 def free_port():
