@@ -6,6 +6,7 @@ binaries and the model, made into an image by buildah with the Dockerfile's own 
 configuration, in whose filesystem fpa-serve then runs as the image's user with the image's
 command line and passes the image's HEALTHCHECK."""
 
+import fnmatch
 import json
 import os
 import re
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy_env import (BUILD, Process, dockerfile_facts, flag_values, fpa_serve_binary,
-                        free_port, grpc_port, health_probe_binary, healthcheck_command,
-                        instructions, metrics_port, model_for_tests, scrape, serving_flags, stage,
-                        wait_until)
+from deploy_env import (BUILD, DEPLOY, REPO, Process, dockerfile_facts, flag_values,
+                        fpa_serve_binary, free_port, grpc_port, health_probe_binary,
+                        healthcheck_command, instructions, metrics_port, model_for_tests, scrape,
+                        serving_flags, stage, wait_until)
 
 HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
 BUILDAH = shutil.which("buildah")
@@ -110,6 +111,28 @@ def test_healthcheck_asks_the_grpc_health_service(runtime):
     flags = flag_values(command[1:])
     assert flags["--address"] == f"127.0.0.1:{grpc_port()}"
     assert flags["--service"] in HEALTH_SERVICES
+
+
+def arg_defaults(facts):
+    """ARG name -> default value, over all stages."""
+    return dict(i["args"][0].split("=", 1) for s in facts["stages"]
+                for i in instructions(s, "ARG") if "=" in i["args"][0])
+
+
+def test_copy_sources_exist_in_the_build_context(facts):
+    defaults = arg_defaults(facts)
+    ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text()
+               .splitlines() if line.strip() and not line.startswith("#")]
+    for s in facts["stages"]:
+        for copy in instructions(s, "COPY"):
+            if "--from=" in copy["text"]:
+                continue  # from another stage, checked with the build stages
+            for source in copy["args"][:-1]:
+                path = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], source)
+                assert not any(fnmatch.fnmatch(path, pattern) for pattern in ignored), path
+                if path == defaults.get("MODEL_DIR") and not (REPO / path).exists():
+                    pytest.skip(f"{path} (the shipped model) is not in the repository yet")
+                assert (REPO / path).exists(), f"stage {s['name']}: COPY {source}: no {path}"
 
 
 def build_runs(facts, name):
