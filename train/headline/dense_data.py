@@ -6,12 +6,15 @@ step) make most of them cheap. The needle and question keep data.py's exact word
 is cut at sentence boundaries so that episodes shorter than one filler group exist, and the
 needle sits at a random sentence boundary. Weighted targets: the answer digits and the second
 copy of the key inside the needle ("... Remember it. NNNNN is ..."), the same copy at short range,
-a stepping stone for the long-range one.
+a stepping stone for the long-range one. A share of rows is the classic induction-head task
+(a random alphanumeric string repeated to the row's end, every repeat a target): many copy targets
+per row, so the copy circuit that the passkey needs forms sooner.
 """
 from __future__ import annotations
 
 import os
 import random
+import string
 import sys
 
 import torch
@@ -20,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data import FILLER, QUESTION, TASK, license_texts, needle, passkey_prompt, random_key  # noqa: E402
 from reference import BOS, EOS, encode  # noqa: E402
 
+ALNUM = string.ascii_letters + string.digits
 SENTENCES = [s if s.endswith(".") else s + "." for s in FILLER.split(". ")]
 
 
@@ -59,18 +63,30 @@ def episode(rng: random.Random, n_tokens: int, answer_w: float, copy_w: float):
     return tokens, weights
 
 
+def repeats(rng: random.Random, n_tokens: int, copy_w: float):
+    """A random string (10 to 40 letters and digits) repeated over n_tokens: the repeats are
+    predictable only by copying."""
+    unit = "".join(rng.choice(ALNUM) for _ in range(rng.randint(10, 40))) + " "
+    tokens = encode((unit * (n_tokens // len(unit) + 1))[: n_tokens - 1])
+    return tokens, {p: copy_w for p in range(len(unit) + 1, len(tokens))}
+
+
 class DenseBatches:
     """Batches of `tokens_per_step` tokens in rows of one length drawn from `lengths`."""
 
     def __init__(self, seed: int, text_share: float = 0.15, answer_w: float = 8.0,
-                 copy_w: float = 2.0):
+                 copy_w: float = 2.0, repeat_share: float = 0.0):
         self.rng = random.Random(seed)
         self.text = encode("\n\n".join(license_texts(held_out=False).values()), bos=False)
         self.text_share, self.answer_w, self.copy_w = text_share, answer_w, copy_w
+        self.repeat_share = repeat_share
 
     def _row(self, n: int):
-        if self.rng.random() < self.text_share:
+        r = self.rng.random()
+        if r < self.text_share:
             toks, wmap = [BOS], {}
+        elif r < self.text_share + self.repeat_share:
+            toks, wmap = repeats(self.rng, n, 1.0)
         else:
             toks, wmap = episode(self.rng, n, self.answer_w, self.copy_w)
         start = self.rng.randrange(0, len(self.text) - n)

@@ -47,3 +47,43 @@ def perplexity(model, tokens: list[int], seq_len: int, max_chunks: int = 1000) -
             nll += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
             count += chunk.shape[1] - 1
     return math.exp(nll / count)
+
+
+def main():
+    """Full table for one model directory: held-out perplexity (all windows) and passkey at each
+    multiple, full cache and evicting at tau, as JSON lines and a markdown table."""
+    import argparse
+    import json
+    import time
+
+    from data import heldout_tokens
+    from export import load_model
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--multiples", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0, help="eval_passkey.py's default seed is 0")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    tau, t0 = model.cfg.tau, time.time()
+    ppl = perplexity(model, heldout_tokens(), model.cfg.train_len)
+    print(json.dumps({"ppl": ppl, "tau": tau}), flush=True)
+    rows = []
+    for mult in args.multiples:
+        n = mult * model.cfg.train_len
+        full = passkey_eval(model, n, args.samples, args.seed)[0]
+        acc, live = passkey_eval(model, n, args.samples, args.seed, tau=tau)
+        rows.append((mult, full, acc, live))
+        print(json.dumps({"mult": mult, "tokens": n, "full": full, "evict": acc, "live": live,
+                          "wall_s": round(time.time() - t0)}), flush=True)
+    print(f"\nheld-out ppl {ppl:.3f}; {args.samples} prompts per cell, seed {args.seed}, "
+          f"tau {tau}\n\n| length | full cache | evicting at tau | live keys |\n|---|---|---|---|")
+    for mult, full, acc, live in rows:
+        print(f"| {mult}x ({mult * model.cfg.train_len}) | {full:.0%} | {acc:.0%} | {live:.1%} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -39,6 +39,8 @@ RUN_DIR = os.environ.get("HEADLINE_RUN_DIR", os.path.join(HERE, "..", "runs", "h
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--init", default=None, help="warm start from a train.py checkpoint")
+    ap.add_argument("--reset-walk", nargs="*", default=[], metavar="L.H",
+                    help="heads whose walk restarts almost flat (global attention again)")
     ap.add_argument("--minutes", type=float, required=True, help="training wall-clock budget")
     ap.add_argument("--tokens-per-step", type=int, default=2048)
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512])
@@ -50,6 +52,8 @@ def parse_args(argv=None):
     ap.add_argument("--answer-weight", type=float, default=8.0)
     ap.add_argument("--copy-weight", type=float, default=2.0)
     ap.add_argument("--text-share", type=float, default=0.15)
+    ap.add_argument("--repeat-share", type=float, default=0.3,
+                    help="share of rows that repeat a random string (induction-head task)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-samples", type=int, default=6)
     ap.add_argument("--eval-mults", type=int, nargs="+", default=[1, 2, 4])
@@ -67,6 +71,20 @@ def load_init(path: str | None, seed: int) -> Model:
     cfg = Config(d_model=160, n_layers=3, n_heads=2, head_dim=64, d_ff=512)
     return Model(cfg).init_weights(seed, walk_std=0.1, embed_std=1.0 / math.sqrt(160),
                                    out_scale=1.0 / math.sqrt(6))
+
+
+def reset_walk(model: Model, heads: list[str], seed: int) -> None:
+    """A head whose walk dips hundreds of logits per filler group gets no gradient from distant
+    keys (their weight is ~exp(-pen)); restarting its walk near flat makes it global again, a
+    candidate for the retrieval (induction) head."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for spec in heads:
+            li, hd = (int(v) for v in spec.split("."))
+            attn = model.layers[li].attn
+            for w, b in ((attn.field_w, attn.field_b), (attn.level_w, attn.level_b)):
+                w[hd] = torch.randn(w.shape[1], generator=g) * 0.1 / math.sqrt(w.shape[1])
+                b[hd] = 0.0
 
 
 def lr_at(step: int, frac: float, args) -> float:
@@ -106,11 +124,13 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     os.makedirs(RUN_DIR, exist_ok=True)
     model = load_init(args.init, args.seed)
+    reset_walk(model, args.reset_walk, args.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"headline: {n_params / 1e6:.2f} M parameters, {dataclasses.asdict(model.cfg)}",
           flush=True)
     opt = optimizer(model, args.lr)
-    data = DenseBatches(args.seed, args.text_share, args.answer_weight, args.copy_weight)
+    data = DenseBatches(args.seed, args.text_share, args.answer_weight, args.copy_weight,
+                        args.repeat_share)
     gen = torch.Generator().manual_seed(args.seed)
     heldout = heldout_tokens()
     t0, budget, history, best = time.time(), args.minutes * 60, [], None
@@ -163,7 +183,8 @@ def provenance(args, n_params: int, history: list, t0: float) -> dict:
             "seed": args.seed, "steps": history[-1]["step"], "wall_s": round(time.time() - t0),
             "parameters": n_params, "warm_start": args.init,
             "data": "train/headline/dense_data.py: one passkey episode per row (rows of "
-                    f"{args.lengths} tokens), English share {args.text_share}, answer weight "
+                    f"{args.lengths} tokens), English share {args.text_share}, repeated random strings "
+                    f"share {args.repeat_share}, answer weight "
                     f"{args.answer_weight}, in-needle copy weight {args.copy_weight}",
             "eval": history[-1]}
 
