@@ -56,3 +56,17 @@ def test_vectors_match_parallel_forward(root, case):
     else:
         assert 0.2 <= evicted <= 0.8, "the case must evict a real share of its keys"
         assert not torch.allclose(t["logits"], t["evict_logits"], atol=1e-3)
+
+
+def test_shipped_case_matches_shipped_model(root):
+    path = os.path.join(vec_dir(root, "shipped"), "case.safetensors")
+    if not os.path.exists(path):
+        pytest.skip("no shipped model vectors yet")
+    t, meta = safetensors_io.load(path)
+    model = load_model(os.path.join(root, meta["model_dir"]))
+    tau = float(meta["tau"])
+    tokens = t["tokens"].long()[None]
+    with torch.no_grad():
+        assert torch.allclose(model(tokens)[0], t["logits"], atol=1e-4)
+        assert torch.allclose(model(tokens, tau=tau)[0], t["evict_logits"], atol=1e-4)
+    assert t["live"][-1].float().mean() < 1.0, "the trained walk evicts at the shipped tau"
