@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--context", type=int, nargs="+", default=[256, 2048])
     ap.add_argument("--evict", nargs="+", default=["on", "off"])
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=4,
+                    help="timing windows per run; the fastest window's rate is reported")
     ap.add_argument("--threads", type=int, default=0, help="C++ threads and torch threads; 0 = all")
     ap.add_argument("--field-bias", type=float, default=-0.1,
                     help="the walk's drift in the random model (sets how much is evicted)")
@@ -68,25 +70,27 @@ def main():
         save_model(model, model_dir, {"note": f"random weights for bench/decode_compare.py, "
                                               f"seed {args.seed}, field_bias {args.field_bias}"})
         cmd = [find_bench(args.bench), f"--model={model_dir}", f"--threads={args.threads}",
-               f"--steps={args.steps}", "--batch=" + ",".join(map(str, args.batch)),
+               f"--steps={args.steps}", f"--windows={args.windows}", "--batch=" + ",".join(map(str, args.batch)),
                "--context=" + ",".join(map(str, args.context)), "--evict=" + ",".join(args.evict)]
         cpp = [json.loads(line) for line in subprocess.run(
             cmd, check=True, capture_output=True, text=True).stdout.splitlines()]
         model = load_model(model_dir)
         py = [decode_reference.run(model, r["batch"], r["context"], r["evict"], args.steps,
-                                   model.cfg.tau) for r in cpp]
+                                   model.cfg.tau, args.windows) for r in cpp]
     cfg = model.cfg
     print(f"model: random weights, {cfg.attention} ({cfg.levels} levels), d_model {cfg.d_model}, "
           f"{cfg.n_layers} layers, {cfg.n_heads} heads x {cfg.head_dim}, d_ff {cfg.d_ff}, "
-          f"tau {cfg.tau}; {args.steps} timed steps; torch threads {torch.get_num_threads()}\n")
+          f"tau {cfg.tau}; {args.steps} timed steps in {args.windows} windows, the fastest "
+          f"window's rate reported; torch threads {torch.get_num_threads()}\n")
     print("| batch | context | eviction | C++ tokens/s | PyTorch tokens/s | ratio | live fraction "
-          "(C++ / PyTorch) |")
-    print("|---|---|---|---|---|---|---|")
+          "(C++ / PyTorch) | C++ prefill tokens/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for c, p in zip(cpp, py):
         print(f"| {c['batch']} | {c['context']} | {'on' if c['evict'] else 'off'} | "
               f"{c['tokens_per_s']:.0f} | {p['tokens_per_s']:.1f} | "
               f"{c['tokens_per_s'] / p['tokens_per_s']:.1f}x | "
-              f"{c['live_fraction']:.3f} / {p['live_fraction']:.3f} |")
+              f"{c['live_fraction']:.3f} / {p['live_fraction']:.3f} | "
+              f"{c['prefill_tokens_per_s']:.0f} |")
 
 
 if __name__ == "__main__":
