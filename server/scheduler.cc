@@ -78,48 +78,52 @@ void Scheduler::drain(std::chrono::duration<double> grace) {
   if (thread_.joinable()) thread_.join();
 }
 
+// What the scheduler thread takes from the shared state at the top of an iteration.
+struct Scheduler::Intake {
+  std::vector<std::shared_ptr<Request>> admitted;     // join the batch now
+  std::vector<std::shared_ptr<Request>> interrupted;  // cancelled or expired while waiting
+  std::vector<std::shared_ptr<Request>> aborted;      // still waiting when the drain ran out
+  bool abort = false;
+  bool exit = false;  // draining and idle
+};
+
+Scheduler::Intake Scheduler::take_work() {
+  Intake in;
+  std::unique_lock lock(mu_);
+  wake_.wait(lock,
+             [&] { return aborting_ || stopping_ || !waiting_.empty() || !running_.empty(); });
+  in.abort = aborting_;
+  Clock::time_point now = Clock::now();
+  for (auto& r : waiting_) {
+    if (in.abort) {
+      in.aborted.push_back(std::move(r));
+    } else if (!interruption(*r, now).ok()) {
+      in.interrupted.push_back(std::move(r));
+    } else if (static_cast<int>(running_.size() + in.admitted.size()) < options_.max_batch) {
+      in.admitted.push_back(std::move(r));
+    }
+  }
+  std::erase(waiting_, nullptr);  // the moved-from entries
+  n_waiting_ = static_cast<int>(waiting_.size());
+  n_running_ = static_cast<int>(running_.size() + in.admitted.size());
+  in.exit = stopping_ && waiting_.empty() && running_.empty() && in.admitted.empty();
+  return in;
+}
+
 void Scheduler::loop() {
   for (;;) {
-    std::vector<std::shared_ptr<Request>> admitted;
-    std::deque<std::shared_ptr<Request>> aborted, interrupted;
-    bool abort = false;
-    {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock,
-                 [&] { return aborting_ || stopping_ || !waiting_.empty() || !running_.empty(); });
-      abort = aborting_;
-      if (abort) {
-        aborted.swap(waiting_);
-      } else {
-        Clock::time_point now = Clock::now();
-        for (auto it = waiting_.begin(); it != waiting_.end();) {
-          if (interruption(**it, now).ok()) {
-            ++it;
-          } else {
-            interrupted.push_back(std::move(*it));
-            it = waiting_.erase(it);
-          }
-        }
-        while (!waiting_.empty() &&
-               static_cast<int>(running_.size() + admitted.size()) < options_.max_batch) {
-          admitted.push_back(std::move(waiting_.front()));
-          waiting_.pop_front();
-        }
-      }
-      n_waiting_ = static_cast<int>(waiting_.size());
-      n_running_ = static_cast<int>(running_.size() + admitted.size());
-      if (!abort && stopping_ && waiting_.empty() && running_.empty() && admitted.empty()) break;
-    }
-    if (abort) {
+    Intake in = take_work();
+    if (in.abort) {
       absl::Status shutting_down =
           absl::UnavailableError("server shut down before the request finished");
-      for (auto& r : aborted) fail_waiting(std::move(r), shutting_down);
+      for (auto& r : in.aborted) fail_waiting(std::move(r), shutting_down);
       for (auto& a : running_) complete(*a, shutting_down);
       running_.clear();
       break;
     }
-    for (auto& r : interrupted) fail_waiting(r, interruption(*r, Clock::now()));
-    admit(std::move(admitted));
+    if (in.exit) break;
+    for (auto& r : in.interrupted) fail_waiting(r, interruption(*r, Clock::now()));
+    admit(std::move(in.admitted));
     reap();
     if (!running_.empty()) iterate();
     std::erase_if(running_, [](const auto& a) { return a->done; });

@@ -49,7 +49,9 @@ class Scheduler {
 
  private:
   struct Active;
+  struct Intake;
 
+  Intake take_work();
   void loop();
   void admit(std::vector<std::shared_ptr<Request>> admitted);
   void reap();

@@ -152,3 +152,14 @@ def test_reflection_lists_the_service(server):
         replies = list(call(iter([b"\x3a\x00"]), timeout=10))
     assert b"fpa.v1.FpaService" in replies[0]
     assert b"grpc.health.v1.Health" in replies[0]
+
+
+def test_shipped_model_matches_engine(make_server):
+    """The trained models/fpa-tiny through the daemon equals solo generation."""
+    model = os.path.join(REPO, "models", "fpa-tiny")
+    if not os.path.exists(os.path.join(model, "model.safetensors")):
+        pytest.skip("models/fpa-tiny is not trained yet")
+    s = make_server(model=model)
+    prompt = "There is an important info hidden inside a lot of irrelevant text. The pass key is"
+    resp = s.client.generate(prompt, max_new_tokens=24)
+    assert list(resp.token_ids) == solo_generate(prompt, model=model, max_new_tokens=24)
