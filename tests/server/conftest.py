@@ -27,7 +27,7 @@ GENERATE_BIN = os.environ.get("FPA_GENERATE_BIN",
                               os.path.join(REPO, "build", "server", "fpa-generate"))
 TEST_MODEL = os.path.join(REPO, "tests", "vectors", "fpa_free")
 STARTUP_SECONDS = 60
-LONG = 20000  # max_new_tokens of a request that runs for seconds
+LONG = 100000  # max_new_tokens of a request that runs for seconds
 
 
 def _die_with_parent():
@@ -96,8 +96,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
-    """One shared server: max batch 32, prompts up to 2048 tokens, generations up to 20000
-    tokens (about 4 s: long enough to cancel one midway)."""
+    """One shared server: max batch 32, prompts up to 2048 tokens, generations up to LONG tokens
+    (seconds: long enough to cancel one midway)."""
     s = Server("--max-prompt-tokens", "2048", "--max-new-tokens", str(LONG))
     yield s
     s.stop()

@@ -42,7 +42,7 @@ def test_cancel_frees_pages(server):
 def test_deadline_frees_pages(server):
     with pytest.raises(grpc.RpcError) as e:
         request = fpa_client.make_request("Too slow", max_new_tokens=LONG, ignore_eos=True)
-        server.client.stub.Generate(request, timeout=0.3)
+        server.client.stub.Generate(request, timeout=0.1)
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     wait_for(lambda: idle(server), timeout=2)
     wait_for(lambda: server.metrics().get('fpa_requests_total{code="DEADLINE_EXCEEDED"}', 0) >= 1)
