@@ -163,3 +163,27 @@ def test_shipped_model_matches_engine(make_server):
     prompt = "There is an important info hidden inside a lot of irrelevant text. The pass key is"
     resp = s.client.generate(prompt, max_new_tokens=24)
     assert list(resp.token_ids) == solo_generate(prompt, model=model, max_new_tokens=24)
+
+
+def test_command_line_client(server):
+    import json
+    import subprocess
+    cli = [sys.executable, os.path.join(REPO, "client", "fpa_client.py"), "--address",
+           server.address]
+
+    def run(*args):
+        out = subprocess.run(cli + list(args), check=True, capture_output=True, text=True,
+                             timeout=60)
+        return out.stdout
+
+    unary = json.loads(run("generate", "Hello", "--max-new-tokens", "12", "--json"))
+    lines = run("generate", "Hello", "--max-new-tokens", "12", "--stream", "--json").splitlines()
+    streamed = [json.loads(line) for line in lines]
+    assert [t for m in streamed for t in m.get("tokenIds", [])] == unary["tokenIds"]
+    assert streamed[-1]["finishReason"] == unary["finishReason"]
+    assert unary["tokenIds"] == solo_generate("Hello", max_new_tokens=12)
+    assert json.loads(run("tokenize", "hi")) == [256, 104, 105]
+    assert run("health").strip() == "SERVING"
+    bad = subprocess.run(cli + ["generate", "x", "--top-p", "2"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "INVALID_ARGUMENT: top_p" in bad.stderr
