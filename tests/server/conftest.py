@@ -5,93 +5,12 @@ Most tests use the small random-weight model of tests/vectors/fpa_free (fast on 
 """
 from __future__ import annotations
 
-import ctypes
-import os
-import re
-import signal
-import socket
+import json
 import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "client"))
-import fpa_client  # noqa: E402
-
-SERVE_BIN = os.environ.get("FPA_SERVE_BIN", os.path.join(REPO, "build", "server", "fpa-serve"))
-GENERATE_BIN = os.environ.get("FPA_GENERATE_BIN",
-                              os.path.join(REPO, "build", "server", "fpa-generate"))
-TEST_MODEL = os.path.join(REPO, "tests", "vectors", "fpa_free")
-STARTUP_SECONDS = 60
-LONG = 100000  # max_new_tokens of a request that runs for seconds
-
-
-def _die_with_parent():
-    # A server must not outlive a killed pytest: PR_SET_PDEATHSIG = SIGKILL.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
-class Server:
-    """A running fpa-serve with a client, its address and its /metrics URL."""
-
-    def __init__(self, *flags: str, model: str = TEST_MODEL):
-        if not os.path.exists(SERVE_BIN):
-            pytest.fail(f"{SERVE_BIN} is not built")
-        self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
-        cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
-               "--metrics-address", "127.0.0.1:0", "--threads", "1", "--cache-pages", "16384",
-               *flags]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
-        self.port, self.metrics_port = self._wait_for_ports()
-        self.address = f"127.0.0.1:{self.port}"
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        self.client = fpa_client.FpaClient(self.address, timeout=120)
-        self._wait_serving()
-
-    def output(self) -> str:
-        with open(self.log.name, errors="replace") as f:
-            return f.read()
-
-    def _wait_for_ports(self):
-        deadline = time.time() + STARTUP_SECONDS
-        while time.time() < deadline:
-            m = re.search(r"listening on [\d.]+:(\d+) \(gRPC\), [\d.]+:(\d+) \(metrics\)",
-                          self.output())
-            if m:
-                return int(m.group(1)), int(m.group(2))
-            if self.proc.poll() is not None:
-                pytest.fail(f"fpa-serve exited with {self.proc.returncode}:\n{self.output()}")
-            time.sleep(0.05)
-        self.stop()
-        pytest.fail(f"fpa-serve did not start:\n{self.output()}")
-
-    def _wait_serving(self):
-        deadline = time.time() + STARTUP_SECONDS
-        while self.client.health() != "SERVING":
-            assert time.time() < deadline, "health never reported SERVING"
-            time.sleep(0.05)
-
-    def metrics(self) -> dict[str, float]:
-        """Samples of /metrics: 'name{labels}' -> value."""
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        os.unlink(self.log.name)
+from daemon import GENERATE_BIN, LONG, REPO, TEST_MODEL, Server, fpa_client  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +39,6 @@ def make_server():
 
 def solo_generate(prompt: str | list[int], model: str = TEST_MODEL, **flags) -> list[int]:
     """Tokens from fpa-generate: ModelRunner::generate without the server or batching."""
-    import json
     cmd = [GENERATE_BIN, "--model", model]
     if isinstance(prompt, str):
         cmd += ["--prompt", prompt]
