@@ -102,18 +102,29 @@ TEST(ModelLoad, TruncatedDataIsNamed) {
               AllOf(HasSubstr("'layers.1.mlp_norm.weight'"), HasSubstr("truncated")));
 }
 
+// An 8-byte little-endian length, then `header` (and no data).
+std::string with_header(const std::string& header, uint64_t length) {
+  return std::string(reinterpret_cast<const char*>(&length), 8) + header;
+}
+std::string with_header(const std::string& header) { return with_header(header, header.size()); }
+
 TEST(ModelLoad, CorruptHeaderIsAnError) {
   TempDir dir;
   testing::write_model(dir.path(), testing::random_model("fpa", "tied", 1));
   const std::string path = dir.path() + "/model.safetensors";
-  for (const std::string& blob :
-       {std::string("abc"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}",
-        std::string("\x04\0\0\0\0\0\0\0{{{{", 12),
-        std::string("\x2a\0\0\0\0\0\0\0{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}     ", 50)}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"abc", "truncated"},
+      {with_header("{}", uint64_t{1} << 62), "runs past the end of the file"},
+      {with_header("{{{{"), "not a JSON object"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[2]}})"), "lacks dtype, shape or data_offsets"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})"), "do not match"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})"), "negative"},
+  };
+  for (const auto& [blob, why] : cases) {
     std::ofstream(path, std::ios::binary) << blob;
     auto m = Model::load(dir.path());
     ASSERT_FALSE(m.ok());
-    EXPECT_THAT(std::string(m.status().message()), HasSubstr(path));
+    EXPECT_THAT(std::string(m.status().message()), AllOf(HasSubstr(path), HasSubstr(why)));
   }
 }
 
