@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from data import Batches, Mix, heldout_tokens  # noqa: E402
 from eval_passkey import passkey_eval, perplexity  # noqa: E402
-from export import save_model  # noqa: E402
+from export import load_model, save_model  # noqa: E402
 from reference import Config, Model  # noqa: E402
 
 
@@ -56,6 +56,7 @@ def parse_args(argv=None):
     ap.add_argument("--eval-samples", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--export", default=None, help="model directory to write at the end")
+    ap.add_argument("--init", default=None, help="start from this model directory's weights")
     return ap.parse_args(argv)
 
 
@@ -116,6 +117,8 @@ def main(argv=None):
     run_dir = os.path.join(HERE, "runs", args.name)
     os.makedirs(run_dir, exist_ok=True)
     model = build_model(args)
+    if args.init:
+        model.load_state_dict(load_model(args.init).state_dict())
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.name}: {n_params / 1e6:.2f} M parameters, config {dataclasses.asdict(model.cfg)}")
     opt = optimizer(model, args.lr)
