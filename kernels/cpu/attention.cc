@@ -35,13 +35,20 @@ float penalty(Penalty p, float lvl, float m) {
   return excess >= p.threshold ? kInf : p.beta * std::max(0.0f, excess);
 }
 
+// exp(x) for x = score - max <= 0. Below -80 the term is < 1e-34 of the largest one (which adds
+// 1 to the sum) and cannot change a float sum; returning 0 skips libm's slow underflow path,
+// which strong penalties hit often.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  return x < -80.0f ? 0.0f : std::exp(x);
+}
+
 // Scores -> probabilities in place; -inf entries (free slots) become 0.
 void softmax(float* s, size_t n) {
   float mx = -kInf;
   for (size_t i = 0; i < n; ++i) mx = std::max(mx, s[i]);
   double sum = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    s[i] = std::exp(s[i] - mx);
+    s[i] = exp_nonpositive(s[i] - mx);
     sum += s[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
@@ -102,7 +109,7 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
     const cache::PageView& pv = keys.pages[p];
     for (int j = 0; j < ps; ++j) {
       if (pv.pos[j] < 0) continue;
-      const float e = std::exp(s[p * ps + j] - mx);
+      const float e = exp_nonpositive(s[p * ps + j] - mx);
       s[p * ps + j] = e;
       z += e;
       row.add(e, pv.v + static_cast<long>(j) * dim);
