@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,8 +13,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The kernels are templates on the head dimension D: with D known (the usual 16 ... 128) the
-// inner loops unroll and the output row stays in registers across keys; D = 0 takes any size.
 // Forced inline: one call per key of 64-odd floats, the call would cost as much as the work.
 [[gnu::always_inline]] inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
@@ -62,27 +61,74 @@ float* scratch(size_t n) {
   return buf.data();
 }
 
-// A query's weighted sum of values: in a local array the compiler keeps in registers when D is
-// known, else directly in the output row.
+// 16 floats as a GCC vector: lowered to what the target has (AVX-512, AVX2, SSE), and kept in
+// registers where a float array would be spilled.
+typedef float Lanes __attribute__((vector_size(64)));
+
+[[gnu::always_inline]] inline Lanes load(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+[[gnu::always_inline]] inline float hsum(Lanes v) {
+  typedef float Half __attribute__((vector_size(32)));
+  typedef float Quarter __attribute__((vector_size(16)));
+  const Half h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Quarter q =
+      __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+// A query against keys (dot products) and its weighted sum of values. D > 0 (a multiple of 16):
+// query and output row live in vector registers; D = 0: any head_dim, plain loops.
 template <int D>
-class OutRow {
+class QueryRow {
+  static_assert(D % 16 == 0);
+  static constexpr int kN = D / 16;
+
  public:
-  OutRow(float* out, int dim) : out_(out), dim_(D > 0 ? D : dim) {
-    std::fill(row(), row() + dim_, 0.0f);
+  QueryRow(const float* q, int /*dim*/) {
+    for (int k = 0; k < kN; ++k) q_[k] = load(q + 16 * k), row_[k] = Lanes{};
   }
-  [[gnu::always_inline]] void add(float p, const float* v) { axpy(p, v, row(), dim_); }
-  void store(float scale) {
-    const float* r = row();
-    for (int i = 0; i < dim_; ++i) out_[i] = r[i] * scale;
+  [[gnu::always_inline]] float dot(const float* key) const {
+    Lanes acc = q_[0] * load(key);
+    for (int k = 1; k < kN; ++k) acc += q_[k] * load(key + 16 * k);
+    return hsum(acc);
+  }
+  [[gnu::always_inline]] void add(float p, const float* v) {
+    for (int k = 0; k < kN; ++k) row_[k] += p * load(v + 16 * k);
+  }
+  void store(float* out, float scale) const {
+    for (int k = 0; k < kN; ++k) {
+      const Lanes r = row_[k] * scale;
+      std::memcpy(out + 16 * k, &r, sizeof r);
+    }
   }
 
  private:
-  float* row() { return D > 0 ? local_ : out_; }
-  float* out_;
-  const int dim_;
-  float local_[D > 0 ? D : 1];
+  Lanes q_[kN], row_[kN];
 };
 
+template <>
+class QueryRow<0> {
+ public:
+  QueryRow(const float* q, int dim) : q_(q), dim_(dim), row_(dim, 0.0f) {}
+  float dot(const float* key) const { return fpa::cpu::dot(q_, key, dim_); }
+  void add(float p, const float* v) { axpy(p, v, row_.data(), dim_); }
+  void store(float* out, float scale) const {
+    for (int i = 0; i < dim_; ++i) out[i] = row_[i] * scale;
+  }
+
+ private:
+  const float* q_;
+  const int dim_;
+  std::vector<float> row_;
+};
+
+// A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
+// the query and output row stay in registers across keys; D = 0 takes any size.
 template <int D>
 void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
                  const CachedKeys& keys, float* out) {
@@ -90,6 +136,7 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   float* s = scratch(keys.pages.size() * ps);
+  QueryRow<D> query(q, dim);
   float mx = -kInf;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
@@ -103,7 +150,6 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
     }
   }
   // One pass over the values with the final maximum; probabilities stay in s for acc.
-  OutRow<D> row(out, dim);
   double z = 0.0;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
@@ -112,11 +158,11 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
       const float e = exp_nonpositive(s[p * ps + j] - mx);
       s[p * ps + j] = e;
       z += e;
-      row.add(e, pv.v + static_cast<long>(j) * dim);
+      query.add(e, pv.v + static_cast<long>(j) * dim);
     }
   }
   const float inv = static_cast<float>(1.0 / z);
-  row.store(inv);
+  query.store(out, inv);
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     for (int j = 0; j < ps; ++j) {

@@ -146,8 +146,11 @@ std::vector<double> direct(const float* q, const std::vector<const float*>& ks,
   return out;
 }
 
-TEST(Attention, DecodeMatchesTheDefinitionAndUpdatesM) {
-  const int dim = 8, n = 11;
+// head_dim 8 takes the generic kernel, 16 and 64 the vectorised ones.
+class DecodeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DecodeTest, MatchesTheDefinitionAndUpdatesM) {
+  const int dim = GetParam(), n = 11;
   const std::vector<float> k = randn(n * dim, 7), v = randn(n * dim, 8), q = randn(dim, 9);
   const std::vector<float> lvl = randn(n, 10);
   Pages pages(3, 4, dim);
@@ -175,6 +178,8 @@ TEST(Attention, DecodeMatchesTheDefinitionAndUpdatesM) {
   }
   EXPECT_NEAR(total, 1.0, 1e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
 
 // Penalty of a key with excess lvl - m: +inf when the eviction rule excludes it.
 double pen_of(float beta, float excess, float threshold) {
