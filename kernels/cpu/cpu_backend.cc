@@ -215,7 +215,10 @@ absl::Status CpuBackend::cache_decode_keys(int l, const Batch& b) {
     for (int h = 0; h < c_.n_heads; ++h) {
       const float phi = phi_[static_cast<long>(h) * n + b.offset[i]];
       const float lvl = lvl_[static_cast<long>(h) * n + b.offset[i]];
-      cache_.evict_for_step(it.seq, l, h, phi, beta[h], it.start_pos);
+      // Evictions leave holes; merging sparse pages returns whole pages to the pool.
+      if (cache_.evict_for_step(it.seq, l, h, phi, beta[h], it.start_pos) > 0) {
+        cache_.compact(it.seq, l, h);
+      }
       absl::StatusOr<cache::SlotRef> slot = cache_.insert(
           it.seq, l, h, it.start_pos, lvl, k_.data() + row + h * hd, v_.data() + row + h * hd);
       if (!slot.ok()) return slot.status();
@@ -290,8 +293,10 @@ absl::Status CpuBackend::cache_chunk_keys(int l, const Batch& b) {
         if (!slot.ok()) return slot.status();
         cache_.page(slot->page).acc[slot->slot] = acc_[at + t];
       }
-      cache_.evict_for_chunk(it.seq, l, h, *std::min_element(&phi_[at], &phi_[at] + len), beta[h],
-                             it.start_pos + len - 1);
+      if (cache_.evict_for_chunk(it.seq, l, h, *std::min_element(&phi_[at], &phi_[at] + len),
+                                 beta[h], it.start_pos + len - 1) > 0) {
+        cache_.compact(it.seq, l, h);
+      }
       cache_.set_last_phi(it.seq, l, h, phi_[at + len - 1]);
     }
   }
