@@ -25,7 +25,7 @@ struct ForwardItem {
 
 // Optional outputs for tests and debugging.
 struct ForwardTrace {
-  bool all_logits = false;                 // logits of every token, not only the last one
+  bool all_logits = false;  // logits of every token, not only the last one
   std::vector<std::vector<float>>* layer_outputs = nullptr;  // [layer] -> [tokens][d_model]
 };
 
@@ -33,6 +33,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Whether this backend can run a sequence under `policy`; the runner asks before starting one,
+  // so an unsupported request fails alone instead of failing every batch it joins.
+  virtual absl::Status check_policy(const cache::PolicyConfig& /*policy*/) const {
+    return absl::OkStatus();
+  }
   // Runs the model over every item: computes the field, evicts per the sequence's policy, inserts
   // the new keys, attends, and writes each item's last-token logits to logits[i * vocab_size]
   // (every token's, item after item, with trace->all_logits). Fails with ResourceExhausted before
@@ -41,8 +46,8 @@ class Backend {
                                ForwardTrace* trace = nullptr) = 0;
 };
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model,
-                                                          cache::KvCache& cache, int threads);
+absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, cache::KvCache& cache,
+                                                          int threads);
 // NotFound / Unavailable when no CUDA device (or no CUDA build); never crashes without a driver.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
                                                            cache::KvCache& cache);

@@ -67,6 +67,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status init();
   std::string_view name() const override { return "cuda"; }
+  absl::Status check_policy(const cache::PolicyConfig& policy) const override {
+    return cuda::check_policy(policy);
+  }
   absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
   absl::StatusOr<std::vector<int32_t>> live_positions(cache::SeqId seq, int layer,

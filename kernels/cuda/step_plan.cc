@@ -26,18 +26,23 @@ absl::Status check_item(const ForwardItem& item, size_t index, const ModelDims& 
                                                      " outside [0, ", dims.vocab_size, ")"));
     }
   }
-  const cache::Policy policy = cache.policy(item.seq).policy;
-  if (policy != cache::Policy::kFpa && policy != cache::Policy::kNone) {
-    return absl::UnimplementedError(
-        absl::StrCat("forward item ", index,
-                     ": the cuda backend supports only the fpa and none "
-                     "eviction policies (the heuristic ones need per-slot state it does not "
-                     "mirror)"));
+  if (absl::Status st = check_policy(cache.policy(item.seq)); !st.ok()) {
+    return absl::UnimplementedError(absl::StrCat("forward item ", index, ": ", st.message()));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status check_policy(const cache::PolicyConfig& policy) {
+  if (policy.policy == cache::Policy::kFpa || policy.policy == cache::Policy::kNone) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "eviction_policy ", std::string(cache::policy_name(policy.policy)),
+      ": the cuda backend supports only the fpa and none eviction policies (the heuristic "
+      "ones need per-slot state it does not mirror); run it on --backend cpu"));
+}
 
 absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_t logits_size,
                                        bool all_logits, const ModelDims& dims,

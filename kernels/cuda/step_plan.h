@@ -33,6 +33,10 @@ struct ModelDims {
   int head_dim = 0;
 };
 
+// Unimplemented for the heuristic policies: their evictions need per-slot state (h2o's attention
+// mass) that the device does not mirror back.
+absl::Status check_policy(const cache::PolicyConfig& policy);
+
 // InvalidArgument for a malformed batch (empty item, bad token, repeated sequence, short logits
 // span), Unimplemented for a policy the CUDA backend cannot mirror, ResourceExhausted when the
 // pool cannot take the step. Nothing is changed.

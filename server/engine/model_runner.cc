@@ -14,6 +14,7 @@ ModelRunner::ModelRunner(const Model& model, cache::KvCache& cache,
     : model_(model), cache_(cache), backend_(std::move(backend)) {}
 
 absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& policy) {
+  if (absl::Status st = backend_->check_policy(policy); !st.ok()) return st;
   absl::StatusOr<cache::SeqId> seq = cache_.add_sequence(policy);
   if (seq.ok()) positions_[*seq] = 0;
   return seq;

@@ -73,6 +73,17 @@ TEST(PlanBatch, RejectsBadBatchesWithClearErrors) {
   check({{a, long_prompt, 0}}, 259, absl::StatusCode::kResourceExhausted, "pages");
 }
 
+TEST(CheckPolicy, AcceptsWhatTheDeviceMirrorsAndNamesTheRest) {
+  for (cache::Policy p : {cache::Policy::kFpa, cache::Policy::kNone}) {
+    EXPECT_TRUE(check_policy({.policy = p}).ok());
+  }
+  for (cache::Policy p : {cache::Policy::kWindow, cache::Policy::kSinks, cache::Policy::kH2O}) {
+    absl::Status st = check_policy({.policy = p});
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(std::string(st.message()).find(cache::policy_name(p)), std::string::npos) << st;
+  }
+}
+
 TEST(Thresholds, TauOverBetaOnlyWhereFpaCanEvict) {
   auto cache = make_cache(8);
   const cache::SeqId f = add(*cache, cache::Policy::kFpa, 3.0f);
