@@ -92,16 +92,16 @@ class Client:
                                       eviction_policy=policy)
         if budget is not None:
             req.cache_budget_fraction = budget
-        pieces, stamps, usage = [], [], None
+        pieces, first, usage = [], None, None
         for msg in self.stub.GenerateStream(req, timeout=600):
-            if msg.token_ids:
-                stamps.append((time.perf_counter(), len(msg.token_ids)))
+            if msg.token_ids and first is None:
+                first = time.perf_counter()
             pieces.append(msg.text)
             if msg.HasField("usage"):
                 usage = msg.usage
-        tps = 0.0
-        if len(stamps) > 1 and stamps[-1][0] > stamps[0][0]:
-            tps = sum(n for _, n in stamps[1:]) / (stamps[-1][0] - stamps[0][0])
+        # Tokens after the first over the time from the first to the end of the stream.
+        elapsed = time.perf_counter() - first if first is not None else 0.0
+        tps = (usage.generated_tokens - 1) / elapsed if elapsed > 0 else 0.0
         return "".join(pieces), usage, tps
 
 
