@@ -2,23 +2,12 @@
 
 #include <chrono>
 
+#include "model/config.h"
 #include "server/reactors.h"
 #include "server/text.h"
 
 namespace fpa::server {
 namespace {
-
-const char* attention_name(AttentionKind k) {
-  switch (k) {
-    case AttentionKind::kFpa:
-      return "fpa";
-    case AttentionKind::kFox:
-      return "fox";
-    case AttentionKind::kSoftmax:
-      return "softmax";
-  }
-  return "unknown";
-}
 
 grpc::ServerUnaryReactor* ok_reply(grpc::CallbackServerContext* ctx) {
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
@@ -77,7 +66,7 @@ grpc::ServerUnaryReactor* FpaServiceImpl::ModelInfo(grpc::CallbackServerContext*
                                                     const v1::ModelInfoRequest*,
                                                     v1::ModelInfoResponse* resp) {
   const ModelConfig& c = model_.config();
-  resp->set_attention(attention_name(c.attention));
+  resp->set_attention(attention_kind_name(c.attention));
   if (c.attention != AttentionKind::kSoftmax) {
     resp->set_levels(c.attention == AttentionKind::kFpa && c.free_levels ? "free" : "tied");
   }

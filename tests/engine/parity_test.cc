@@ -15,21 +15,13 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "tests/engine/rel_error.h"
 
 namespace fpa {
 namespace {
 
 constexpr double kTolerance = 1e-4;  // max |ours - reference| / max |reference|
 constexpr float kTieBand = 1e-3f;    // |margin| below this: rounding may decide either way
-
-double rel_error(std::span<const float> ours, std::span<const float> ref) {
-  double err = 0.0, scale = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::fabs(double(ours[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(double(ref[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
 
 class ParityTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "tests/engine/rel_error.h"
 
 namespace fpa {
 namespace {
@@ -29,15 +30,6 @@ constexpr float kBf16TieBand = 0.5f;
 // The vectors' tau is small (2.5 to 3.5) so that they evict: a key decided the other way near
 // its threshold still carries up to exp(-tau) of a key's weight, beyond bf16 rounding.
 constexpr double kBf16EvictTolerance = 1e-1;
-
-double rel_error(std::span<const float> ours, std::span<const float> ref) {
-  double err = 0.0, scale = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::fabs(double(ours[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(double(ref[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
 
 class CudaParityTest : public ::testing::TestWithParam<std::string> {
  protected:
