@@ -56,6 +56,25 @@ def plot_curve(curve, path):
     fig.savefig(path, dpi=120)
 
 
+def print_matrix(runs):
+    """Markdown: model x policy rows, one column per length, cells 'accuracy / bytes held'."""
+    lengths = sorted({r["length"] for run in runs for r in run["records"]})
+    print("| model | policy | " + " | ".join(f"{n} tokens" for n in lengths) + " |")
+    print("|---|---|" + "---|" * len(lengths))
+    for run in runs:
+        series = sorted({(r["policy"], r["budget"]) for r in run["records"]}, key=str)
+        for policy, budget in series:
+            cells = []
+            for n in lengths:
+                rs = [r for r in run["records"] if (r["policy"], r["budget"], r["length"]) ==
+                      (policy, budget, n)]
+                cells.append(f"{statistics.mean(r['correct'] for r in rs):.2f} / "
+                             f"{statistics.mean(r['held_fraction'] for r in rs):.2f}"
+                             if rs else "-")
+            label = policy if budget is None else f"{policy} @ {budget}"
+            print(f"| {run['model']} | {label} | " + " | ".join(cells) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--passkey", nargs="*", default=[])
@@ -64,6 +83,7 @@ def main():
     args = p.parse_args()
     if args.passkey:
         runs = [json.load(open(f)) for f in args.passkey]
+        print_matrix(runs)
         plot_accuracy(runs, os.path.join(args.out_dir, "passkey_accuracy.png"))
     if args.curve:
         plot_curve(json.load(open(args.curve)), os.path.join(args.out_dir, "cache_bytes.png"))
