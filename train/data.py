@@ -97,9 +97,10 @@ def license_texts(held_out: bool) -> dict[str, str]:
 
 @dataclasses.dataclass
 class Mix:
+    """Shares of the rows led by a passkey or a nested sample; the rest is English text."""
+
     passkey: float = 0.6
     nested: float = 0.15
-    text: float = 0.25
     answer_weight: float = 5.0
 
 

@@ -123,7 +123,7 @@ def main(argv=None):
     print(f"{args.name}: {n_params / 1e6:.2f} M parameters, config {dataclasses.asdict(model.cfg)}")
     opt = optimizer(model, args.lr)
     mix = Mix(passkey=args.passkey_share, nested=args.nested_share,
-              text=1.0 - args.passkey_share - args.nested_share, answer_weight=args.answer_weight)
+              answer_weight=args.answer_weight)
     batches = Batches(args.seed, mix)
     heldout = heldout_tokens()
     t0, history = time.time(), []

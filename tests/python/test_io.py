@@ -1,6 +1,5 @@
 """safetensors reader/writer, model export/import and bad-input errors."""
 import json
-import os
 
 import pytest
 import torch

@@ -41,6 +41,8 @@ def parse_args(argv=None):
     ap.add_argument("--init", default=None, help="warm start from a train.py checkpoint")
     ap.add_argument("--reset-walk", nargs="*", default=[], metavar="L.H",
                     help="heads whose walk restarts almost flat (global attention again)")
+    ap.add_argument("--pin-walk", nargs="*", default=[], metavar="L.H",
+                    help="heads whose walk rises by a fixed 0.1 a token (levels still learnt)")
     ap.add_argument("--minutes", type=float, required=True, help="training wall-clock budget")
     ap.add_argument("--tokens-per-step", type=int, default=2048)
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512])
@@ -87,6 +89,24 @@ def reset_walk(model: Model, heads: list[str], seed: int) -> None:
                 b[hd] = 0.0
 
 
+def pin_walk(model: Model, heads: list[str], seed: int) -> None:
+    """A walk that rises by a constant 0.1 a token never dips, so the penalty of key j is
+    beta * max(0, u_j - 0.1) whatever the distance: the head stays global (it cannot turn into
+    a local head, the attractor the language-model loss pulls every head into) and still
+    evicts by content through its learnt levels u_j, the same way at any length."""
+    reset_walk(model, heads, seed)
+    for spec in heads:
+        li, hd = (int(v) for v in spec.split("."))
+        attn = model.layers[li].attn
+        with torch.no_grad():
+            attn.field_w[hd] = 0.0
+            attn.field_b[hd] = 0.1
+        mask = torch.ones(attn.cfg.n_heads)
+        mask[hd] = 0.0
+        attn.field_w.register_hook(lambda g, m=mask: g * m[:, None])
+        attn.field_b.register_hook(lambda g, m=mask: g * m)
+
+
 def lr_at(step: int, frac: float, args) -> float:
     """Linear warmup over steps, then cosine to 10% over the fraction of wall time used."""
     warm = min(1.0, (step + 1) / args.warmup)
@@ -125,6 +145,7 @@ def main(argv=None):
     os.makedirs(RUN_DIR, exist_ok=True)
     model = load_init(args.init, args.seed)
     reset_walk(model, args.reset_walk, args.seed)
+    pin_walk(model, args.pin_walk, args.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"headline: {n_params / 1e6:.2f} M parameters, {dataclasses.asdict(model.cfg)}",
           flush=True)
