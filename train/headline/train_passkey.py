@@ -94,10 +94,11 @@ def pin_walk(model: Model, heads: list[str], seed: int) -> None:
     beta * max(0, u_j - 0.1) whatever the distance: the head stays global (it cannot turn into
     a local head, the attractor the language-model loss pulls every head into) and still
     evicts by content through its learnt levels u_j, the same way at any length."""
-    reset_walk(model, heads, seed)
     for spec in heads:
         li, hd = (int(v) for v in spec.split("."))
         attn = model.layers[li].attn
+        if not (attn.field_w[hd].abs().max() == 0 and attn.field_b[hd] == 0.1):
+            reset_walk(model, [spec], seed)  # not pinned yet: fresh levels too
         with torch.no_grad():
             attn.field_w[hd] = 0.0
             attn.field_b[hd] = 0.1
