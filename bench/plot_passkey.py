@@ -37,7 +37,7 @@ def plot_accuracy(runs, path):
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("passkey accuracy")
-        ax.set_title(f"{run['model']} model (train_len {run['train_len']})")
+        ax.set_title(f"{run['name']} ({run['model']}, train_len {run['train_len']})")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -72,7 +72,7 @@ def print_matrix(runs):
                              f"{statistics.mean(r['held_fraction'] for r in rs):.2f}"
                              if rs else "-")
             label = policy if budget is None else f"{policy} @ {budget}"
-            print(f"| {run['model']} | {label} | " + " | ".join(cells) + " |")
+            print(f"| {run['name']} | {label} | " + " | ".join(cells) + " |")
 
 
 def main():
@@ -82,7 +82,8 @@ def main():
     p.add_argument("--out-dir", default=os.path.dirname(os.path.abspath(__file__)))
     args = p.parse_args()
     if args.passkey:
-        runs = [json.load(open(f)) for f in args.passkey]
+        runs = [dict(json.load(open(f)), name=os.path.basename(f)[:-len(".json")])
+                for f in args.passkey]
         print_matrix(runs)
         plot_accuracy(runs, os.path.join(args.out_dir, "passkey_accuracy.png"))
     if args.curve:
