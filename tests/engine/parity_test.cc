@@ -15,7 +15,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "tests/engine/rel_error.h"
+#include "tests/engine/parity_util.h"
 
 namespace fpa {
 namespace {
@@ -79,18 +79,6 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
     return logits;
   }
 
-  // The positions live in each (layer, head) stream of `seq`.
-  std::set<int32_t> live(cache::SeqId seq, int layer, int head) {
-    std::set<int32_t> out;
-    for (int32_t id : cache_->pages(seq, layer, head)) {
-      const cache::PageView v = cache_->page(id);
-      for (int s = 0; s < cache_->shape().page_slots; ++s) {
-        if (v.pos[s] >= 0) out.insert(v.pos[s]);
-      }
-    }
-    return out;
-  }
-
   long index(int i, int l, int h, int j) const {
     const ModelConfig& c = model_->config();
     return ((static_cast<long>(i) * c.n_layers + l) * c.n_heads + h) * T() + j;
@@ -114,7 +102,8 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
     int evicted = 0;
     for (int l = 0; l < c.n_layers; ++l) {
       for (int h = 0; h < c.n_heads; ++h) {
-        const std::set<int32_t> ours = live(seq, l, h);
+        const std::vector<int32_t> pos = live_positions(*cache_, seq, l, h);
+        const std::set<int32_t> ours(pos.begin(), pos.end());
         for (int j = 0; j <= i; ++j) {
           const bool ref = live_ref.bytes[index(i, l, h, j)] != std::byte{0};
           evicted += !ref;

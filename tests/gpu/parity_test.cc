@@ -15,7 +15,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "tests/engine/rel_error.h"
+#include "tests/engine/parity_util.h"
 
 namespace fpa {
 namespace {
@@ -114,7 +114,7 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
       for (int h = 0; h < cfg().n_heads; ++h) {
         auto ours = cuda_->live_positions(seq, l, h);
         EXPECT_TRUE(ours.ok()) << ours.status();
-        EXPECT_EQ(*ours, host_positions(seq, l, h)) << "device mirror vs host bookkeeping";
+        EXPECT_EQ(*ours, live_positions(*cache_, seq, l, h)) << "device mirror vs host bookkeeping";
         const std::set<int32_t> live(ours->begin(), ours->end());
         total += static_cast<int64_t>(live.size());
         for (int j = 0; j <= i; ++j) {
@@ -128,19 +128,6 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
       }
     }
     return total;
-  }
-
-  // The host cache's own record of the stream's keys (it keeps positions without host storage).
-  std::vector<int32_t> host_positions(cache::SeqId seq, int l, int h) {
-    std::vector<int32_t> out;
-    for (int32_t id : cache_->pages(seq, l, h)) {
-      const cache::PageView v = cache_->page(id);
-      for (int s = 0; s < cache_->shape().page_slots; ++s) {
-        if (v.pos[s] >= 0) out.push_back(v.pos[s]);
-      }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
   }
 
   std::vector<uint8_t> no_ties() const {
