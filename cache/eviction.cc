@@ -10,10 +10,6 @@
 namespace fpa::cache {
 namespace {
 
-bool sink(const PolicyConfig& policy, int32_t pos) {
-  return policy.policy == Policy::kSinks && pos < policy.sink_tokens;
-}
-
 // Death by a key's own history: lvl - m >= threshold (false for m = +inf).
 bool dead_by_own_minimum(const PageTable& table, int32_t gslot, float threshold) {
   return table.lvl(gslot) - table.m(gslot) >= threshold;
@@ -43,19 +39,6 @@ void pop_above(Stream& stream, float phi, float threshold, std::vector<int32_t>&
     dead.push_back(stream.order.top().slot);
     stream.order.pop();
   }
-}
-
-int evict_fpa(PageTable& table, Stream& stream, const PolicyConfig& policy, float phi, float beta,
-              int32_t old_up_to) {
-  // beta <= 0 (or NaN) never evicts: a NaN threshold fails every comparison, even for lvl = +inf.
-  const float threshold = beta > 0.0f ? policy.tau / beta : std::numeric_limits<float>::quiet_NaN();
-  std::vector<int32_t>& dead = stream.scratch;
-  dead.clear();
-  flush_pending(table, stream, threshold, old_up_to, dead);
-  pop_above(stream, phi, threshold, dead);
-  flush_pending(table, stream, threshold, std::numeric_limits<int32_t>::max(), dead);
-  table.free_slots(stream.pages, dead, true);
-  return static_cast<int>(dead.size());
 }
 
 // h2o: the lowest accumulated attention among keys older than the recent window dies first
@@ -90,71 +73,107 @@ std::vector<int32_t> h2o_victims(const PageTable& table, const Stream& stream, i
   return victims;
 }
 
-// Frees keys until at most `target` remain; `newest` is the position the budget is taken at.
-int evict_to_budget(PageTable& table, Stream& stream, const PolicyConfig& policy, int64_t target,
-                    int32_t newest) {
-  std::vector<int32_t>& dead = stream.scratch;
-  dead.clear();
-  if (policy.policy == Policy::kH2O) {
-    const int64_t budget = budget_for_length(policy, int64_t{newest} + 1);
-    dead = h2o_victims(table, stream, stream.pages.live - target, newest,
-                       h2o_recent_keys(policy, budget));
-  } else {
-    while (stream.pages.live - static_cast<int64_t>(dead.size()) > target &&
-           !stream.order.empty()) {
-      dead.push_back(stream.order.top().slot);
-      stream.order.pop();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+class FpaRule final : public EvictionRule {
+ public:
+  explicit FpaRule(const PolicyConfig& policy) : tau_(policy.tau) {}
+
+  float threshold(float beta) const override { return beta > 0.0f ? tau_ / beta : kInf; }
+  bool kernels_exclude_evicted() const override { return true; }
+  void track(PageTable& table, Stream& stream, int32_t gslot) override {
+    table.where(gslot) = pending_where(stream.pending.size());
+    stream.pending.push_back(gslot);
+  }
+  int evict_step(PageTable& table, Stream& stream, float phi, float beta, int32_t) override {
+    return evict(table, stream, phi, beta, std::numeric_limits<int32_t>::max());
+  }
+  int evict_chunk(PageTable& table, Stream& stream, float min_phi, float beta, int32_t,
+                  int32_t horizon_before) override {
+    return evict(table, stream, min_phi, beta, horizon_before);
+  }
+
+ private:
+  // Pending keys up to `old_up_to` are judged against phi; later ones by their own minimum.
+  int evict(PageTable& table, Stream& stream, float phi, float beta, int32_t old_up_to) {
+    // beta <= 0 (or NaN) never evicts: a NaN threshold fails every comparison, even lvl = +inf.
+    const float thr = beta > 0.0f ? tau_ / beta : std::numeric_limits<float>::quiet_NaN();
+    std::vector<int32_t>& dead = stream.scratch;
+    dead.clear();
+    flush_pending(table, stream, thr, old_up_to, dead);
+    pop_above(stream, phi, thr, dead);
+    flush_pending(table, stream, thr, std::numeric_limits<int32_t>::max(), dead);
+    table.free_slots(stream.pages, dead, true);
+    return static_cast<int>(dead.size());
+  }
+
+  const float tau_;
+};
+
+class KeepAllRule final : public EvictionRule {
+ public:
+  float threshold(float) const override { return kInf; }
+  bool kernels_exclude_evicted() const override { return true; }
+  void track(PageTable&, Stream&, int32_t) override {}
+  int evict_step(PageTable&, Stream&, float, float, int32_t) override { return 0; }
+  int evict_chunk(PageTable&, Stream&, float, float, int32_t, int32_t) override { return 0; }
+};
+
+// A heuristic at a budget of live keys per head: window, sinks (by age) and h2o (by mass).
+class BudgetRule final : public EvictionRule {
+ public:
+  explicit BudgetRule(const PolicyConfig& policy) : policy_(policy) {}
+
+  float threshold(float) const override { return kInf; }
+  bool kernels_exclude_evicted() const override { return false; }
+  void track(PageTable& table, Stream& stream, int32_t gslot) override {
+    const int32_t pos = table.pos(gslot);
+    const bool by_age = policy_.policy != Policy::kH2O;
+    if (by_age && !(policy_.policy == Policy::kSinks && pos < policy_.sink_tokens)) {
+      stream.order.push(-static_cast<double>(pos), gslot);
     }
   }
-  table.free_slots(stream.pages, dead, true);
-  return static_cast<int>(dead.size());
-}
+  int evict_step(PageTable& table, Stream& stream, float, float, int32_t pos) override {
+    return evict_to(table, stream, budget_for_length(policy_, int64_t{pos} + 1) - 1, pos);
+  }
+  int evict_chunk(PageTable& table, Stream& stream, float, float, int32_t end_pos,
+                  int32_t) override {
+    return evict_to(table, stream, budget_for_length(policy_, int64_t{end_pos} + 1), end_pos);
+  }
+
+ private:
+  // Frees keys until at most `target` remain; `newest` is the position the budget is taken at.
+  int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) {
+    std::vector<int32_t>& dead = stream.scratch;
+    dead.clear();
+    if (policy_.policy == Policy::kH2O) {
+      const int64_t budget = budget_for_length(policy_, int64_t{newest} + 1);
+      dead = h2o_victims(table, stream, stream.pages.live - target, newest,
+                         h2o_recent_keys(policy_, budget));
+    } else {
+      while (stream.pages.live - static_cast<int64_t>(dead.size()) > target &&
+             !stream.order.empty()) {
+        dead.push_back(stream.order.top().slot);
+        stream.order.pop();
+      }
+    }
+    table.free_slots(stream.pages, dead, true);
+    return static_cast<int>(dead.size());
+  }
+
+  const PolicyConfig policy_;
+};
 
 }  // namespace
 
-void track_inserted(PageTable& table, Stream& stream, const PolicyConfig& policy, int32_t gslot) {
-  const int32_t pos = table.pos(gslot);
+std::unique_ptr<EvictionRule> make_rule(const PolicyConfig& policy) {
   switch (policy.policy) {
     case Policy::kFpa:
-      table.where(gslot) = pending_where(stream.pending.size());
-      stream.pending.push_back(gslot);
-      break;
-    case Policy::kWindow:
-    case Policy::kSinks:
-      if (!sink(policy, pos)) stream.order.push(-static_cast<double>(pos), gslot);
-      break;
+      return std::make_unique<FpaRule>(policy);
     case Policy::kNone:
-    case Policy::kH2O:
-      break;
-  }
-}
-
-int evict_step(PageTable& table, Stream& stream, const PolicyConfig& policy, float phi, float beta,
-               int32_t pos) {
-  stream.horizon = std::max(stream.horizon, pos);
-  switch (policy.policy) {
-    case Policy::kFpa:
-      return evict_fpa(table, stream, policy, phi, beta, std::numeric_limits<int32_t>::max());
-    case Policy::kNone:
-      return 0;
+      return std::make_unique<KeepAllRule>();
     default:
-      return evict_to_budget(table, stream, policy, budget_for_length(policy, int64_t{pos} + 1) - 1,
-                             pos);
-  }
-}
-
-int evict_chunk(PageTable& table, Stream& stream, const PolicyConfig& policy, float min_phi,
-                float beta, int32_t end_pos) {
-  const int32_t chunk_start = stream.horizon + 1;
-  stream.horizon = std::max(stream.horizon, end_pos);
-  switch (policy.policy) {
-    case Policy::kFpa:
-      return evict_fpa(table, stream, policy, min_phi, beta, chunk_start - 1);
-    case Policy::kNone:
-      return 0;
-    default:
-      return evict_to_budget(table, stream, policy, budget_for_length(policy, int64_t{end_pos} + 1),
-                             end_pos);
+      return std::make_unique<BudgetRule>(policy);
   }
 }
 

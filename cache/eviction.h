@@ -1,9 +1,11 @@
-// The eviction policies (../shared/FPA.md section 2 for fpa; window, sinks, h2o as heuristics at
-// a budget). Each frees the dying slots of one stream through the page table and returns how
-// many it freed.
+// The eviction policies behind one small interface (../shared/FPA.md section 2 for fpa; window,
+// sinks and h2o as heuristics at a budget). A rule frees the dying slots of one stream through
+// the page table and tells the kernels what they need of it; nothing outside cache/ names a
+// policy.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "cache/kv_cache.h"
 #include "cache/page_table.h"
@@ -11,19 +13,32 @@
 
 namespace fpa::cache {
 
-// Registers a just-inserted slot with the stream's ordering structure.
-void track_inserted(PageTable& table, Stream& stream, const PolicyConfig& policy, int32_t gslot);
+class EvictionRule {
+ public:
+  virtual ~EvictionRule() = default;
 
-// Before the key at `pos` goes in: fpa frees keys with lvl - phi >= tau / beta; the heuristics
-// free keys until the stream holds budget(pos + 1) - 1.
-int evict_step(PageTable& table, Stream& stream, const PolicyConfig& policy, float phi, float beta,
-               int32_t pos);
+  // The threshold on lvl - m the attention kernels exclude keys at (+inf: they exclude none).
+  virtual float threshold(float beta) const = 0;
+  // Whether that threshold alone excludes every key the rule evicts, so a backend that never
+  // learns which slots were freed (a device mirror) still attends over exactly the live keys.
+  virtual bool kernels_exclude_evicted() const = 0;
 
-// Between prefill chunks, the chunk ending at `end_pos`: fpa frees keys cached before the chunk
-// with lvl - min_phi >= tau / beta, and keys of the chunk itself (inserted before this call)
-// with lvl - m >= tau / beta, m being their stored running minimum; the heuristics free keys
-// until the stream holds budget(end_pos + 1).
-int evict_chunk(PageTable& table, Stream& stream, const PolicyConfig& policy, float min_phi,
-                float beta, int32_t end_pos);
+  // Registers a just-inserted slot with the stream's ordering structure.
+  virtual void track(PageTable& table, Stream& stream, int32_t gslot) = 0;
+  // Before the key at `pos` goes in: fpa frees keys with lvl - phi >= tau / beta; the heuristics
+  // free keys until the stream holds budget(pos + 1) - 1.
+  virtual int evict_step(PageTable& table, Stream& stream, float phi, float beta,
+                         int32_t pos) = 0;
+  // After a prompt chunk ending at `end_pos` went in (`horizon_before`: the last position whose
+  // field eviction had applied before it): fpa frees keys cached before the chunk with
+  // lvl - min_phi >= tau / beta and the chunk's own keys with lvl - m >= tau / beta, m being
+  // their stored running minimum; the heuristics free keys until the stream holds
+  // budget(end_pos + 1).
+  virtual int evict_chunk(PageTable& table, Stream& stream, float min_phi, float beta,
+                          int32_t end_pos, int32_t horizon_before) = 0;
+};
+
+// The rule of a validated policy.
+std::unique_ptr<EvictionRule> make_rule(const PolicyConfig& policy);
 
 }  // namespace fpa::cache

@@ -27,6 +27,9 @@ struct CacheShape {
   int n_heads = 0;
   int head_dim = 0;
   int page_slots = 16;
+  // Bytes of one stored k or v element: 4 (float32) or 2 (bf16). The storage's owner sets it
+  // (host storage holds float32; a device pool its own dtype), and every byte figure follows it.
+  int kv_bytes = 4;
 };
 
 enum class Policy {
@@ -72,7 +75,8 @@ struct CacheStats {
   int64_t live_slots = 0;       // live keys, all streams
   int64_t evicted_slots = 0;    // keys evicted since start (monotonic)
   int64_t full_cache_keys = 0;  // keys a full cache would hold now: sum of length*layers*heads
-  int64_t bytes_per_key = 0;    // k + v + lvl + m (+acc, pos) bytes per slot
+  int64_t pages_reserved = 0;   // held back for the step being planned (see KvCache::reserve)
+  int64_t bytes_per_key = 0;    // k + v at kv_bytes, lvl, m, pos (+ acc with host storage)
   int64_t page_slots = 0;       // slots per page (for bytes_held)
   int64_t bytes_held() const;   // pages_in_use * page_slots * bytes_per_key
   int64_t bytes_full() const;   // full_cache_keys * bytes_per_key
@@ -98,8 +102,11 @@ class KvCache {
   // and add_sequence / release, must not overlap other calls on that sequence.
   static absl::StatusOr<std::unique_ptr<KvCache>> create(CacheShape shape, int64_t num_pages,
                                                          bool host_storage = true);
-  // Pages that fit in `bytes` for this shape.
-  static int64_t pages_for_bytes(CacheShape shape, int64_t bytes);
+  // Pages that fit in `bytes` for this shape, counted at bytes_per_key.
+  static int64_t pages_for_bytes(CacheShape shape, int64_t bytes, bool host_storage = true);
+  // What one slot of this storage holds: k and v at shape.kv_bytes, lvl, m, pos, and acc when
+  // the host stores the keys (a device pool keeps no attention mass).
+  static int64_t bytes_per_key(const CacheShape& shape, bool host_storage);
   virtual ~KvCache() = default;
 
   virtual const CacheShape& shape() const = 0;
@@ -110,10 +117,24 @@ class KvCache {
   virtual const PolicyConfig& policy(SeqId seq) const = 0;
 
   // Worst-case number of free pages appending n_tokens to `seq` could take (every stream
-  // opening new pages). A runner checks this for a whole step before writing anything, so a step
-  // either fits or fails up front with ResourceExhausted.
+  // opening new pages).
   virtual int64_t pages_needed(SeqId seq, int n_tokens) const = 0;
+  // The step planner's one call (as vLLM's allocate_slots): before a step, holds back the
+  // worst-case pages appending n_tokens to `seq` may take, so that the step cannot run out
+  // midway. False, with nothing changed, when the pool cannot promise them: the caller preempts
+  // or defers. Calling it again for the same sequence tops its reservation up; its inserts draw
+  // from it first, and unreserve (or release) returns what the step did not use.
+  virtual bool reserve(SeqId seq, int n_tokens) = 0;
+  virtual void unreserve(SeqId seq) = 0;
+  // Pages neither in use nor reserved.
   virtual int64_t free_pages() const = 0;
+
+  virtual bool contains(SeqId seq) const = 0;
+  // Tokens appended to the sequence so far: the one record of its position.
+  virtual int64_t length(SeqId seq) const = 0;
+  // The threshold the attention kernels exclude keys at for a head of penalty scale `beta`:
+  // tau / beta under fpa (the keys it evicts are exactly those), +inf under every other policy.
+  virtual float threshold(SeqId seq, float beta) const = 0;
 
   // Decode-step eviction for one stream, before the new key of position `pos` goes in:
   //  kFpa: frees every live key with lvl - phi >= tau / beta (beta <= 0: none);
@@ -135,6 +156,9 @@ class KvCache {
   virtual absl::StatusOr<SlotRef> insert(SeqId seq, int layer, int head, int32_t pos, float lvl,
                                          const float* k, const float* v,
                                          float m = std::numeric_limits<float>::infinity()) = 0;
+
+  // Counts keys that died before they were cached (within their own prompt chunk) as evicted.
+  virtual void count_dropped(int64_t keys) = 0;
 
   // The field's running value phi_{pos} of a stream (0 before its first token): a backend
   // reads it to extend the walk and stores the new value after each step or chunk.

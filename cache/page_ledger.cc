@@ -21,9 +21,15 @@ void PageLedger::apply_locked(const LedgerDelta& delta, int64_t pages_delta) {
   version_.fetch_add(1, std::memory_order_release);
 }
 
-std::optional<int32_t> PageLedger::take_page(const LedgerDelta& delta) {
+std::optional<int32_t> PageLedger::take_page(const LedgerDelta& delta, int64_t* reservation) {
   std::lock_guard lock(mu_);
-  if (free_.empty()) return std::nullopt;
+  if (reservation != nullptr && *reservation > 0) {
+    --*reservation;
+    --reserved_;
+    pages_reserved_.store(reserved_, std::memory_order_relaxed);
+  } else if (static_cast<int64_t>(free_.size()) <= reserved_) {
+    return std::nullopt;
+  }
   const int32_t page = free_.back();
   free_.pop_back();
   apply_locked(delta, 1);
@@ -36,9 +42,27 @@ void PageLedger::apply(const LedgerDelta& delta, std::span<const int32_t> pages)
   apply_locked(delta, -static_cast<int64_t>(pages.size()));
 }
 
+bool PageLedger::reserve(int64_t* reservation, int64_t pages) {
+  std::lock_guard lock(mu_);
+  const int64_t more = pages - *reservation;
+  if (more <= 0) return true;
+  if (static_cast<int64_t>(free_.size()) - reserved_ < more) return false;
+  reserved_ += more;
+  *reservation = pages;
+  pages_reserved_.store(reserved_, std::memory_order_relaxed);
+  return true;
+}
+
+void PageLedger::unreserve(int64_t* reservation) {
+  std::lock_guard lock(mu_);
+  reserved_ -= *reservation;
+  *reservation = 0;
+  pages_reserved_.store(reserved_, std::memory_order_relaxed);
+}
+
 int64_t PageLedger::free_pages() const {
   std::lock_guard lock(mu_);
-  return static_cast<int64_t>(free_.size());
+  return static_cast<int64_t>(free_.size()) - reserved_;
 }
 
 CacheStats PageLedger::snapshot() const {
@@ -50,6 +74,7 @@ CacheStats PageLedger::snapshot() const {
     const uint64_t before = version_.load(std::memory_order_acquire);
     if (before % 2 == 1) continue;
     s.pages_in_use = pages_in_use_.load(kRelaxed);
+    s.pages_reserved = pages_reserved_.load(kRelaxed);
     s.live_slots = live_.load(kRelaxed);
     s.evicted_slots = evicted_.load(kRelaxed);
     s.full_cache_keys = full_keys_.load(kRelaxed);

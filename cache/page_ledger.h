@@ -25,12 +25,18 @@ class PageLedger {
  public:
   PageLedger(int64_t num_pages, int64_t bytes_per_key);
 
-  // A free page, counted in use together with `delta`; nullopt (nothing changed) when none.
-  std::optional<int32_t> take_page(const LedgerDelta& delta);
+  // A free page, counted in use together with `delta`: from `*reservation` when it holds one
+  // (which it then decrements), else one nobody reserved; nullopt (nothing changed) when none.
+  std::optional<int32_t> take_page(const LedgerDelta& delta, int64_t* reservation = nullptr);
+  // Tops `*reservation` up to `pages` when enough unreserved pages are free; false (nothing
+  // changed) otherwise.
+  bool reserve(int64_t* reservation, int64_t pages);
+  // Returns `*reservation` to the unreserved pool and zeroes it.
+  void unreserve(int64_t* reservation);
   // Returns `pages` to the pool and applies `delta`, as one change.
   void apply(const LedgerDelta& delta, std::span<const int32_t> pages = {});
 
-  int64_t free_pages() const;
+  int64_t free_pages() const;  // free and not reserved
   CacheStats snapshot() const;
 
  private:
@@ -38,10 +44,12 @@ class PageLedger {
 
   mutable std::mutex mu_;
   std::vector<int32_t> free_;  // guarded by mu_
+  int64_t reserved_ = 0;       // guarded by mu_; <= free_.size()
   const int64_t pages_total_;
   const int64_t bytes_per_key_;
   std::atomic<uint64_t> version_{0};  // odd while a change is in progress
   std::atomic<int64_t> pages_in_use_{0};
+  std::atomic<int64_t> pages_reserved_{0};
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> evicted_{0};
   std::atomic<int64_t> full_keys_{0};

@@ -34,12 +34,9 @@ Layout layout_for(const CacheShape& shape, bool host_storage) {
 
 }  // namespace
 
-int64_t PageTable::bytes_per_key(const CacheShape& shape) {
-  return 2 * static_cast<int64_t>(shape.head_dim) * 4 + 4 * 4;
-}
-
-int64_t PageTable::page_stride(const CacheShape& shape, bool host_storage) {
-  return static_cast<int64_t>(layout_for(shape, host_storage).stride);
+int64_t PageTable::bytes_per_key(const CacheShape& shape, bool host_storage) {
+  const int64_t scalars = host_storage ? 4 : 3;  // lvl, m, pos (+ acc)
+  return 2 * static_cast<int64_t>(shape.head_dim) * shape.kv_bytes + scalars * 4;
 }
 
 absl::StatusOr<std::unique_ptr<PageTable>> PageTable::create(const CacheShape& shape,
@@ -63,7 +60,7 @@ PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_stora
       info_(static_cast<size_t>(num_pages)),
       next_free_(static_cast<size_t>(num_pages * shape.page_slots), -1),
       where_(static_cast<size_t>(num_pages * shape.page_slots), -1),
-      ledger_(num_pages, bytes_per_key(shape)) {
+      ledger_(num_pages, bytes_per_key(shape, host_storage)) {
   const Layout l = layout_for(shape, host_storage);
   stride_ = l.stride;
   off_v_ = l.v;
@@ -154,17 +151,19 @@ bool PageTable::unclaim(StreamPages& stream, int32_t gslot) {
   return info.live == 0;
 }
 
-absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_keys_delta) {
+absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_keys_delta,
+                                             int64_t* reservation) {
   const LedgerDelta delta{.live = 1, .full_keys = full_keys_delta};
   if (!stream.nonfull.empty()) {
     const int32_t gslot = claim(stream, stream.nonfull.back());
     ledger_.apply(delta);
     return gslot;
   }
-  const std::optional<int32_t> page = ledger_.take_page(delta);
+  const std::optional<int32_t> page = ledger_.take_page(delta, reservation);
   if (!page) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache pool exhausted: all ", num_pages_,
-                                                     " pages of ", slots_, " slots are in use"));
+                                                     " pages of ", slots_,
+                                                     " slots are in use or reserved"));
   }
   adopt(stream, *page);
   return claim(stream, *page);

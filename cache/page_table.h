@@ -26,10 +26,9 @@ struct StreamPages {
 
 class PageTable {
  public:
-  // Bytes per slot: k and v (float32), lvl, m, acc, pos.
-  static int64_t bytes_per_key(const CacheShape& shape);
-  // Bytes of one page in the pool (its arrays padded to 64-byte boundaries).
-  static int64_t page_stride(const CacheShape& shape, bool host_storage);
+  // Bytes per slot of the storage: k and v at shape.kv_bytes, lvl, m, pos, and acc with host
+  // storage (the host then keeps the attention mass beside the keys; a device pool has none).
+  static int64_t bytes_per_key(const CacheShape& shape, bool host_storage);
   static absl::StatusOr<std::unique_ptr<PageTable>> create(const CacheShape& shape,
                                                            int64_t num_pages, bool host_storage);
   ~PageTable();
@@ -50,9 +49,11 @@ class PageTable {
   int32_t& where(int32_t gslot) { return where_[static_cast<size_t>(gslot)]; }
   int32_t* where_data() { return where_.data(); }
 
-  // A free slot of the stream (a page from the pool when all its pages are full), counted live
-  // together with `full_keys_delta`. ResourceExhausted, nothing changed, when the pool is empty.
-  absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta);
+  // A free slot of the stream (a page from the pool when all its pages are full: from
+  // `*reservation` first), counted live together with `full_keys_delta`. ResourceExhausted,
+  // nothing changed, when no page is free for it.
+  absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta,
+                                    int64_t* reservation);
   // Writes a taken slot's contents (k, v only with host storage; acc = 0).
   void write_slot(int32_t gslot, int32_t pos, float lvl, float m, const float* k, const float* v);
   // Frees the slots (pos = -1); pages left without a live slot go back to the pool at once.

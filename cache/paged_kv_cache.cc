@@ -27,6 +27,8 @@ namespace {
 
 struct Sequence {
   PolicyConfig policy;
+  std::unique_ptr<EvictionRule> rule;
+  int64_t reserved = 0;  // pages held back for its next step; changed under the ledger's lock
   std::vector<Stream> streams;  // layer-major: layer * n_heads + head
   // Readable while the sequence runs, hence atomics.
   std::atomic<int64_t> length{0};
@@ -76,6 +78,7 @@ class PagedKvCache final : public KvCache {
     if (absl::Status s = validate_policy(policy); !s.ok()) return s;
     auto seq = std::make_unique<Sequence>();
     seq->policy = policy;
+    seq->rule = make_rule(policy);
     const int streams = shape_.n_layers * shape_.n_heads;
     seq->streams.reserve(static_cast<size_t>(streams));
     for (int i = 0; i < streams; ++i) seq->streams.emplace_back(table_->where_data());
@@ -100,6 +103,7 @@ class PagedKvCache final : public KvCache {
       for (int32_t gslot : stream.pending) table_->where(gslot) = -1;
       table_->release(stream.pages, int64_t{stream.last_pos} + 1);
     }
+    table_->ledger().unreserve(&seq->reserved);
     table_->ledger().apply({.sequences = -1});
   }
 
@@ -112,17 +116,36 @@ class PagedKvCache final : public KvCache {
 
   int64_t pages_needed(SeqId id, int n_tokens) const override {
     std::shared_lock lock(mu_);
+    return pages_needed(find(id), n_tokens);
+  }
+
+  bool reserve(SeqId id, int n_tokens) override {
+    std::shared_lock lock(mu_);
+    Sequence* seq = const_cast<Sequence*>(find(id));
+    if (seq == nullptr) return false;
+    return table_->ledger().reserve(&seq->reserved, pages_needed(seq, n_tokens));
+  }
+
+  void unreserve(SeqId id) override {
+    std::shared_lock lock(mu_);
+    if (Sequence* seq = const_cast<Sequence*>(find(id))) table_->ledger().unreserve(&seq->reserved);
+  }
+
+  bool contains(SeqId id) const override {
+    std::shared_lock lock(mu_);
+    return find(id) != nullptr;
+  }
+
+  int64_t length(SeqId id) const override {
+    std::shared_lock lock(mu_);
     const Sequence* seq = find(id);
-    if (seq == nullptr || n_tokens <= 0) return 0;
-    const int64_t slots = shape_.page_slots;
-    int64_t pages = 0;
-    for (const Stream& stream : seq->streams) {
-      const int64_t free =
-          static_cast<int64_t>(stream.pages.pages.size()) * slots - stream.pages.live;
-      const int64_t missing = std::max<int64_t>(0, n_tokens - free);
-      pages += (missing + slots - 1) / slots;
-    }
-    return pages;
+    return seq == nullptr ? 0 : seq->length.load();
+  }
+
+  float threshold(SeqId id, float beta) const override {
+    std::shared_lock lock(mu_);
+    const Sequence* seq = find(id);
+    return seq == nullptr ? std::numeric_limits<float>::infinity() : seq->rule->threshold(beta);
   }
 
   int64_t free_pages() const override { return table_->ledger().free_pages(); }
@@ -132,7 +155,8 @@ class PagedKvCache final : public KvCache {
     auto [seq, stream] = locate(id, layer, head);
     if (stream == nullptr) return 0;
     SequenceAccount account(*seq, *stream);
-    return evict_step(*table_, *stream, seq->policy, phi, beta, pos);
+    stream->horizon = std::max(stream->horizon, pos);
+    return seq->rule->evict_step(*table_, *stream, phi, beta, pos);
   }
 
   int evict_for_chunk(SeqId id, int layer, int head, float min_phi_chunk, float beta,
@@ -141,7 +165,9 @@ class PagedKvCache final : public KvCache {
     auto [seq, stream] = locate(id, layer, head);
     if (stream == nullptr) return 0;
     SequenceAccount account(*seq, *stream);
-    return evict_chunk(*table_, *stream, seq->policy, min_phi_chunk, beta, chunk_end_pos);
+    const int32_t before = stream->horizon;
+    stream->horizon = std::max(before, chunk_end_pos);
+    return seq->rule->evict_chunk(*table_, *stream, min_phi_chunk, beta, chunk_end_pos, before);
   }
 
   absl::StatusOr<SlotRef> insert(SeqId id, int layer, int head, int32_t pos, float lvl,
@@ -160,13 +186,18 @@ class PagedKvCache final : public KvCache {
       return absl::InvalidArgumentError("insert: k and v are required with host storage");
     }
     SequenceAccount account(*seq, *stream);
-    absl::StatusOr<int32_t> gslot = table_->take_slot(stream->pages, pos - stream->last_pos);
+    absl::StatusOr<int32_t> gslot =
+        table_->take_slot(stream->pages, pos - stream->last_pos, &seq->reserved);
     if (!gslot.ok()) return gslot.status();
     table_->write_slot(*gslot, pos, lvl, m, k, v);
-    track_inserted(*table_, *stream, seq->policy, *gslot);
+    seq->rule->track(*table_, *stream, *gslot);
     stream->last_pos = pos;
     raise_to(seq->length, int64_t{pos} + 1);
     return SlotRef{*gslot / shape_.page_slots, *gslot % shape_.page_slots};
+  }
+
+  void count_dropped(int64_t keys) override {
+    if (keys > 0) table_->ledger().apply({.evicted = keys});
   }
 
   float last_phi(SeqId id, int layer, int head) const override {
@@ -231,6 +262,19 @@ class PagedKvCache final : public KvCache {
   }
 
  private:
+  int64_t pages_needed(const Sequence* seq, int n_tokens) const {
+    if (seq == nullptr || n_tokens <= 0) return 0;
+    const int64_t slots = shape_.page_slots;
+    int64_t pages = 0;
+    for (const Stream& stream : seq->streams) {
+      const int64_t free =
+          static_cast<int64_t>(stream.pages.pages.size()) * slots - stream.pages.live;
+      const int64_t missing = std::max<int64_t>(0, n_tokens - free);
+      pages += (missing + slots - 1) / slots;
+    }
+    return pages;
+  }
+
   const Sequence* find(SeqId id) const {
     auto it = sequences_.find(id);
     return it == sequences_.end() ? nullptr : it->second.get();
@@ -262,11 +306,19 @@ class PagedKvCache final : public KvCache {
   SeqId next_id_ = 1;
 };
 
-absl::Status validate_shape(const CacheShape& shape, int64_t num_pages) {
+absl::Status validate_shape(const CacheShape& shape, int64_t num_pages, bool host_storage) {
   if (shape.n_layers < 1 || shape.n_heads < 1 || shape.head_dim < 1 || shape.page_slots < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache shape needs positive sizes, got layers=", shape.n_layers, " heads=", shape.n_heads,
         " head_dim=", shape.head_dim, " page_slots=", shape.page_slots));
+  }
+  // TODO(cpu-bf16): host pages hold float32 keys and values only.
+  const bool dtype_ok =
+      shape.kv_bytes == 4 || (!host_storage && shape.kv_bytes == 2);
+  if (!dtype_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache kv_bytes must be 4", host_storage ? "" : " or 2",
+                     " with this storage, got ", shape.kv_bytes));
   }
   constexpr int64_t kMaxSlots = int64_t{1} << 31;
   if (num_pages < 1 || num_pages * shape.page_slots >= kMaxSlots) {
@@ -281,18 +333,22 @@ absl::Status validate_shape(const CacheShape& shape, int64_t num_pages) {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(CacheShape shape, int64_t num_pages,
                                                          bool host_storage) {
-  if (absl::Status s = validate_shape(shape, num_pages); !s.ok()) return s;
+  if (absl::Status s = validate_shape(shape, num_pages, host_storage); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<PageTable>> table =
       PageTable::create(shape, num_pages, host_storage);
   if (!table.ok()) return table.status();
   return std::unique_ptr<KvCache>(new PagedKvCache(shape, *std::move(table)));
 }
 
-int64_t KvCache::pages_for_bytes(CacheShape shape, int64_t bytes) {
-  if (validate_shape(shape, 1).ok() && bytes > 0) {
-    return bytes / PageTable::page_stride(shape, true);
+int64_t KvCache::pages_for_bytes(CacheShape shape, int64_t bytes, bool host_storage) {
+  if (validate_shape(shape, 1, host_storage).ok() && bytes > 0) {
+    return bytes / (shape.page_slots * bytes_per_key(shape, host_storage));
   }
   return 0;
+}
+
+int64_t KvCache::bytes_per_key(const CacheShape& shape, bool host_storage) {
+  return PageTable::bytes_per_key(shape, host_storage);
 }
 
 }  // namespace fpa::cache

@@ -11,6 +11,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "server/engine/model_runner.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
@@ -39,14 +40,17 @@ absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, con
 
 absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o,
                                                            const ModelConfig& c, bool use_cuda) {
-  cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots};
-  int64_t pages =
-      o.cache_pages ? *o.cache_pages : cache::KvCache::pages_for_bytes(shape, o.cache_bytes);
+  // A device backend keeps keys and values in its own memory, at its own dtype; the cache then
+  // does the bookkeeping and counts the device's bytes.
+  const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots,
+                                use_cuda ? kv_bytes(CudaOptions{}) : 4};
+  int64_t pages = o.cache_pages
+                      ? *o.cache_pages
+                      : cache::KvCache::pages_for_bytes(shape, o.cache_bytes, !use_cuda);
   if (pages < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cache-bytes ", o.cache_bytes, " holds no page of this model"));
   }
-  // A device backend keeps keys and values in its own memory; the cache then does bookkeeping.
   return cache::KvCache::create(shape, pages, /*host_storage=*/!use_cuda);
 }
 
@@ -78,7 +82,10 @@ int serve(const ServeOptions& o) {
     return 1;
   }
 
-  Scheduler scheduler(runner, {o.max_batch, o.max_queue, o.prefill_chunk}, &metrics);
+  Scheduler scheduler(runner,
+                      {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
+                       o.cache_pages ? "--cache-pages" : "--cache-bytes"},
+                      &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
   info.limits = {config.vocab_size, config.bos_id, o.max_prompt_tokens, o.max_new_tokens,

@@ -76,7 +76,11 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache)
       duration_(histogram(*registry_, "fpa_request_duration_seconds",
                           "Request arrival to last token", latency_buckets())),
       prompt_tokens_(counter(*registry_, "fpa_prompt_tokens_total", "Prompt tokens processed")),
-      generated_tokens_(counter(*registry_, "fpa_generated_tokens_total", "Tokens generated")) {
+      generated_tokens_(counter(*registry_, "fpa_generated_tokens_total", "Tokens generated")),
+      preemptions_(counter(*registry_, "fpa_preemptions_total",
+                           "Running requests preempted to free KV cache pages")),
+      recomputed_tokens_(counter(*registry_, "fpa_recomputed_tokens_total",
+                                 "Tokens prefilled again after preemptions")) {
   collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);
   refresh_cache_gauges();
 }

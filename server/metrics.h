@@ -32,6 +32,8 @@ class ServerMetrics {
   void observe_live_fraction(double f) { live_fraction_.Observe(f); }
   void add_prompt_tokens(int64_t n) { prompt_tokens_.Increment(static_cast<double>(n)); }
   void add_generated_tokens(int64_t n) { generated_tokens_.Increment(static_cast<double>(n)); }
+  void add_preemption() { preemptions_.Increment(); }
+  void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
 
   void refresh_cache_gauges();
 
@@ -56,6 +58,8 @@ class ServerMetrics {
   prometheus::Histogram& duration_;
   prometheus::Counter& prompt_tokens_;
   prometheus::Counter& generated_tokens_;
+  prometheus::Counter& preemptions_;
+  prometheus::Counter& recomputed_tokens_;
 
   std::mutex evicted_mu_;
   int64_t evicted_seen_ = 0;  // the cache's evicted count already added to keys_evicted_

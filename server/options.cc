@@ -71,6 +71,14 @@ const std::vector<Flag>& flags() {
        integer(&ServeOptions::max_new_tokens, 1)},
       {"prefill-chunk", "N", "prompt tokens per scheduler iteration [256]",
        integer(&ServeOptions::prefill_chunk, 1)},
+      {"cache-watermark", "F",
+       "share of the KV pool admission keeps free for running requests to grow into [0.01]",
+       [](ServeOptions& o, absl::string_view v) {
+         double x;
+         if (!absl::SimpleAtod(v, &x) || !(x >= 0 && x < 1)) return false;
+         o.cache_watermark = x;
+         return true;
+       }},
       {"tau", "X", "default FPA eviction threshold in logit units [the model's tau]",
        [](ServeOptions& o, absl::string_view v) {
          float x;

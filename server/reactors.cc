@@ -34,6 +34,8 @@ void fill_usage(const Usage& u, v1::Usage* out) {
   out->set_peak_live_keys(u.peak_live_keys);
   out->set_live_fraction(u.live_fraction);
   out->set_cache_bytes_held(u.cache_bytes_held);
+  out->set_preemptions(u.preemptions);
+  out->set_recomputed_tokens(u.recomputed_tokens);
   out->set_cache_bytes_full(u.cache_bytes_full);
 }
 

@@ -43,6 +43,8 @@ struct Usage {
   double live_fraction = 0;
   int64_t cache_bytes_held = 0;
   int64_t cache_bytes_full = 0;
+  int32_t preemptions = 0;        // times the scheduler preempted the request
+  int64_t recomputed_tokens = 0;  // tokens prefilled again after preemptions
 };
 
 struct Completion {

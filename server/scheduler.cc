@@ -18,28 +18,52 @@ absl::Status interruption(const Request& r, Clock::time_point now) {
   return absl::OkStatus();
 }
 
+// Pages a new sequence's first `tokens` keys take: every stream opens its own pages.
+int64_t pages_for_new(const cache::CacheShape& s, int64_t tokens) {
+  const int64_t per_stream = (tokens + s.page_slots - 1) / s.page_slots;
+  return int64_t{s.n_layers} * s.n_heads * per_stream;
+}
+
 }  // namespace
 
 struct Scheduler::Active {
-  explicit Active(std::shared_ptr<Request> r) : req(std::move(r)), sampler(req->params.sampling) {}
+  explicit Active(std::shared_ptr<Request> r)
+      : req(std::move(r)), context(req->params.prompt), sampler(req->params.sampling) {}
 
-  const std::vector<int32_t>& prompt() const { return req->params.prompt; }
-  bool prefilling() const { return prefilled < prompt().size(); }
+  size_t prompt_size() const { return req->params.prompt.size(); }
+  // Tokens the cache must hold before the next decode step: the prompt, or after a preemption
+  // the prompt and every output token but the last, which that decode step feeds.
+  size_t target() const { return generated == 0 ? prompt_size() : context.size() - 1; }
+  bool prefilling() const { return cached < target(); }
+  // The next step's tokens: a prompt chunk starting at a multiple of `chunk` (as in
+  // ModelRunner::generate, so batching and recomputing compute the same), or one decode token.
+  size_t next_tokens(size_t chunk) const {
+    return prefilling() ? std::min(target() - cached, chunk) : 1;
+  }
 
   std::shared_ptr<Request> req;
   cache::SeqId seq = -1;
-  size_t prefilled = 0;     // prompt tokens already in the cache
-  int32_t next_token = -1;  // sampled last step, fed in the next decode step
+  std::vector<int32_t> context;  // the prompt, then every generated token
+  size_t cached = 0;             // tokens of context in the cache
+  size_t high_water = 0;         // most tokens ever cached: below it, prefill is recomputation
   int generated = 0;
-  Sampler sampler;
+  int preemptions = 0;
+  int64_t recomputed = 0;
+  bool preempted = false;  // released this iteration, goes back to the queue
+  Sampler sampler;         // survives preemption, so sampling continues where it stopped
   Utf8Decoder text;
   Clock::time_point last_token;
   FinishReason reason = FinishReason::kNone;
   bool done = false;
 };
 
+struct Scheduler::Plan {
+  std::vector<StepInput> inputs;
+  std::vector<Active*> owners;
+};
+
 Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetrics* metrics)
-    : runner_(runner), options_(options), metrics_(metrics) {}
+    : runner_(runner), options_(std::move(options)), metrics_(metrics) {}
 
 Scheduler::~Scheduler() {
   if (thread_.joinable()) drain(std::chrono::seconds(0));
@@ -49,7 +73,31 @@ void Scheduler::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+// Known at submission: the first prompt chunk must fit the empty pool, and under `none`, whose
+// need is exact, so must the whole sequence.
+absl::Status Scheduler::check_fits_alone(const GenerationParams& p) const {
+  const cache::KvCache& cache = runner_.cache();
+  const int64_t total = cache.stats().pages_total;
+  const int64_t prompt = static_cast<int64_t>(p.prompt.size());
+  const int64_t first = pages_for_new(cache.shape(), std::min<int64_t>(prompt, options_.prefill_chunk));
+  if (first > total) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt: its first chunk needs ", first, " KV cache pages, the whole pool has ", total,
+        " (", options_.pool_flag, ")"));
+  }
+  const int64_t keys = prompt + p.max_new_tokens - 1;
+  if (p.policy.policy == cache::Policy::kNone && pages_for_new(cache.shape(), keys) > total) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_new_tokens: with eviction_policy none, ", keys, " cached tokens need ",
+        pages_for_new(cache.shape(), keys), " KV cache pages, the whole pool has ", total, " (",
+        options_.pool_flag, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
+  if (absl::Status st = check_fits_alone(request->params); !st.ok()) return st;
+  auto active = std::make_unique<Active>(std::move(request));
   std::lock_guard lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down");
   // Requests the batch can take at the next iteration do not count as queued.
@@ -59,7 +107,7 @@ absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
                                                      " requests waiting (--max-queue ",
                                                      options_.max_queue, ")"));
   }
-  waiting_.push_back(std::move(request));
+  waiting_.push_back(std::move(active));
   n_waiting_ = static_cast<int>(waiting_.size());
   wake_.notify_one();
   return absl::OkStatus();
@@ -80,9 +128,8 @@ void Scheduler::drain(std::chrono::duration<double> grace) {
 
 // What the scheduler thread takes from the shared state at the top of an iteration.
 struct Scheduler::Intake {
-  std::vector<std::shared_ptr<Request>> admitted;     // join the batch now
-  std::vector<std::shared_ptr<Request>> interrupted;  // cancelled or expired while waiting
-  std::vector<std::shared_ptr<Request>> aborted;      // still waiting when the drain ran out
+  std::vector<std::unique_ptr<Active>> interrupted;  // cancelled or expired while waiting
+  std::vector<std::unique_ptr<Active>> aborted;      // still waiting when the drain ran out
   bool abort = false;
   bool exit = false;  // draining and idle
 };
@@ -94,19 +141,16 @@ Scheduler::Intake Scheduler::take_work() {
              [&] { return aborting_ || stopping_ || !waiting_.empty() || !running_.empty(); });
   in.abort = aborting_;
   Clock::time_point now = Clock::now();
-  for (auto& r : waiting_) {
+  for (auto& a : waiting_) {
     if (in.abort) {
-      in.aborted.push_back(std::move(r));
-    } else if (!interruption(*r, now).ok()) {
-      in.interrupted.push_back(std::move(r));
-    } else if (static_cast<int>(running_.size() + in.admitted.size()) < options_.max_batch) {
-      in.admitted.push_back(std::move(r));
+      in.aborted.push_back(std::move(a));
+    } else if (!interruption(*a->req, now).ok()) {
+      in.interrupted.push_back(std::move(a));
     }
   }
   std::erase(waiting_, nullptr);  // the moved-from entries
   n_waiting_ = static_cast<int>(waiting_.size());
-  n_running_ = static_cast<int>(running_.size() + in.admitted.size());
-  in.exit = stopping_ && waiting_.empty() && running_.empty() && in.admitted.empty();
+  in.exit = stopping_ && waiting_.empty() && running_.empty();
   return in;
 }
 
@@ -116,15 +160,15 @@ void Scheduler::loop() {
     if (in.abort) {
       absl::Status shutting_down =
           absl::UnavailableError("server shut down before the request finished");
-      for (auto& r : in.aborted) fail_waiting(std::move(r), shutting_down);
+      for (auto& a : in.aborted) complete(*a, shutting_down);
       for (auto& a : running_) complete(*a, shutting_down);
       running_.clear();
       break;
     }
     if (in.exit) break;
-    for (auto& r : in.interrupted) fail_waiting(r, interruption(*r, Clock::now()));
-    admit(std::move(in.admitted));
+    for (auto& a : in.interrupted) complete(*a, interruption(*a->req, Clock::now()));
     reap();
+    admit();
     if (!running_.empty()) iterate();
     std::erase_if(running_, [](const auto& a) { return a->done; });
     n_running_ = static_cast<int>(running_.size());
@@ -137,9 +181,35 @@ void Scheduler::loop() {
   done_.notify_all();
 }
 
-void Scheduler::admit(std::vector<std::shared_ptr<Request>> admitted) {
-  for (auto& r : admitted) {
-    auto a = std::make_unique<Active>(std::move(r));
+// Whether a waiting request's first step fits beside the running requests' next step, with
+// the watermark left free. An empty batch takes the head of the queue regardless: alone, it
+// either fits or fails.
+bool Scheduler::fits_beside_running(const Active& a) const {
+  if (running_.empty()) return true;
+  const cache::KvCache& cache = runner_.cache();
+  int64_t need = pages_for_new(cache.shape(), static_cast<int64_t>(
+                                                  a.next_tokens(options_.prefill_chunk)));
+  for (const auto& r : running_) {
+    need += cache.pages_needed(r->seq, static_cast<int>(r->next_tokens(options_.prefill_chunk)));
+  }
+  const auto watermark =
+      static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total));
+  return need + watermark <= cache.free_pages();
+}
+
+void Scheduler::admit() {
+  for (;;) {
+    std::unique_ptr<Active> a;
+    {
+      std::lock_guard lock(mu_);
+      if (waiting_.empty() || static_cast<int>(running_.size()) >= options_.max_batch ||
+          !fits_beside_running(*waiting_.front())) {
+        break;
+      }
+      a = std::move(waiting_.front());
+      waiting_.pop_front();
+      n_waiting_ = static_cast<int>(waiting_.size());
+    }
     absl::StatusOr<cache::SeqId> seq = runner_.start(a->req->params.policy);
     if (!seq.ok()) {
       complete(*a, seq.status());
@@ -148,6 +218,7 @@ void Scheduler::admit(std::vector<std::shared_ptr<Request>> admitted) {
     a->seq = *seq;
     running_.push_back(std::move(a));
   }
+  n_running_ = static_cast<int>(running_.size());
 }
 
 // Cancelled and expired requests leave before the step, so their pages are free for it.
@@ -160,72 +231,117 @@ void Scheduler::reap() {
 }
 
 void Scheduler::iterate() {
-  // One decode token for every request past its prompt; prompt chunks first come first served
-  // within the per-iteration budget. A request's chunks always start at multiples of
-  // prefill_chunk, as in ModelRunner::generate, so batching does not change what it computes.
-  std::vector<StepInput> inputs;
-  std::vector<Active*> owners;
-  int prefill_tokens = 0;
+  Plan plan = plan_step();
+  // Preempted requests go back to the head of the queue, oldest admission first.
+  std::vector<std::unique_ptr<Active>> back;
   for (auto& a : running_) {
-    if (!a->prefilling()) {
-      inputs.push_back({a->seq, std::span<const int32_t>(&a->next_token, 1)});
-      owners.push_back(a.get());
-      continue;
-    }
-    size_t n = std::min<size_t>(a->prompt().size() - a->prefilled, options_.prefill_chunk);
-    if (prefill_tokens > 0 && prefill_tokens + static_cast<int>(n) > options_.prefill_chunk)
-      continue;
-    prefill_tokens += static_cast<int>(n);
-    inputs.push_back({a->seq, std::span<const int32_t>(a->prompt()).subspan(a->prefilled, n)});
-    owners.push_back(a.get());
+    if (a->preempted) back.push_back(std::move(a));
   }
-
-  // Make the step fit the cache: defer prompt chunks while something decodes, else fail the
-  // youngest request.
-  auto drop = [&](size_t i) {
-    inputs.erase(inputs.begin() + static_cast<std::ptrdiff_t>(i));
-    owners.erase(owners.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  while (!inputs.empty() && runner_.pages_needed(inputs) > runner_.cache().free_pages()) {
-    auto last_prefill =
-        std::find_if(owners.rbegin(), owners.rend(), [](Active* a) { return a->prefilling(); });
-    bool any_decode =
-        std::any_of(owners.begin(), owners.end(), [](Active* a) { return !a->prefilling(); });
-    if (any_decode && last_prefill != owners.rend()) {
-      drop(static_cast<size_t>(owners.rend() - last_prefill - 1));
-      continue;
+  std::erase(running_, nullptr);
+  if (!back.empty()) {
+    std::lock_guard lock(mu_);
+    for (auto it = back.rbegin(); it != back.rend(); ++it) {
+      (*it)->preempted = false;
+      waiting_.push_front(std::move(*it));
     }
-    complete(*owners.back(),
-             absl::ResourceExhaustedError("KV cache exhausted: the running requests need more "
-                                          "pages than the pool has (--cache-bytes)"));
-    drop(inputs.size() - 1);
+    n_waiting_ = static_cast<int>(waiting_.size());
   }
-  if (inputs.empty()) return;
+  if (plan.inputs.empty()) return;
 
   const int vocab = runner_.model().config().vocab_size;
-  logits_.resize(inputs.size() * static_cast<size_t>(vocab));
-  absl::Status st = runner_.step(inputs, logits_);
-  if (!st.ok()) {
-    // A step that fails leaves the cache unchanged; resource shortage costs the youngest request,
-    // anything else is a bug that fails the whole step.
-    if (absl::IsResourceExhausted(st)) {
-      complete(*owners.back(), st);
-    } else {
-      for (Active* a : owners) complete(*a, st);
-    }
+  logits_.resize(plan.inputs.size() * static_cast<size_t>(vocab));
+  // The step was reserved, so any failure is a bug: it fails the whole step.
+  if (absl::Status st = runner_.step(plan.inputs, logits_); !st.ok()) {
+    for (Active* a : plan.owners) complete(*a, st);
     return;
   }
+  record_step(plan);
+}
 
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Active& a = *owners[i];
-    if (a.prefilling()) {
-      a.prefilled += inputs[i].tokens.size();
-      if (metrics_ != nullptr)
-        metrics_->add_prompt_tokens(static_cast<int64_t>(inputs[i].tokens.size()));
-      if (a.prefilling()) continue;
+// One decode token for every request past its prompt; prompt chunks first come first served
+// within the per-iteration budget. Every planned item holds its pages.
+Scheduler::Plan Scheduler::plan_step() {
+  Plan plan;
+  size_t prefill_tokens = 0;
+  const size_t chunk = static_cast<size_t>(options_.prefill_chunk);
+  for (auto& owned : running_) {
+    Active& a = *owned;
+    if (a.done || a.preempted) continue;
+    const size_t n = a.next_tokens(chunk);
+    const bool prefill = a.prefilling();
+    if (prefill && prefill_tokens > 0 && prefill_tokens + n > chunk) continue;
+    if (!reserve_or_preempt(a, static_cast<int>(n))) continue;
+    if (prefill) prefill_tokens += n;
+    plan.inputs.push_back({a.seq, std::span<const int32_t>(a.context).subspan(a.cached, n)});
+    plan.owners.push_back(&a);
+  }
+  return plan;
+}
+
+// Reserves a's step, preempting the most recently admitted request admitted after `a` while it
+// does not fit. False when `a` had to give way itself (older requests hold the pages), or failed
+// for not fitting the pool even alone.
+bool Scheduler::reserve_or_preempt(Active& a, int n_tokens) {
+  while (!runner_.reserve(a.seq, n_tokens)) {
+    Active* victim = nullptr;
+    bool others = false, after_a = false;
+    for (auto& r : running_) {
+      if (r.get() == &a) {
+        after_a = true;
+      } else if (!r->done && !r->preempted) {
+        others = true;
+        if (after_a) victim = r.get();
+      }
     }
+    if (victim != nullptr) {
+      preempt(*victim);
+    } else if (others) {
+      preempt(a);
+      return false;
+    } else {
+      complete(a, absl::ResourceExhaustedError(absl::StrCat(
+                      "KV cache exhausted: the request needs more than the whole pool of ",
+                      runner_.cache().stats().pages_total, " pages even alone (",
+                      options_.pool_flag, ")")));
+      return false;
+    }
+  }
+  return true;
+}
+
+void Scheduler::preempt(Active& a) {
+  if (a.cached > 0) {
+    ++a.preemptions;
+    if (metrics_ != nullptr) metrics_->add_preemption();
+  }
+  runner_.finish(a.seq);
+  a.seq = -1;
+  a.cached = 0;
+  a.preempted = true;
+}
+
+void Scheduler::record_step(const Plan& plan) {
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    Active& a = *plan.owners[i];
+    const size_t n = plan.inputs[i].tokens.size();
+    const bool was_prefill = a.prefilling();
+    const size_t from = a.cached;
+    a.cached += n;
+    const size_t redone = std::min(a.cached, a.high_water) - std::min(from, a.high_water);
+    a.recomputed += static_cast<int64_t>(redone);
+    const size_t fresh_prompt =
+        std::min(a.cached, a.prompt_size()) - std::min(std::max(from, a.high_water), a.prompt_size());
+    a.high_water = std::max(a.high_water, a.cached);
+    if (metrics_ != nullptr) {
+      if (redone > 0) metrics_->add_recomputed_tokens(static_cast<int64_t>(redone));
+      if (fresh_prompt > 0) metrics_->add_prompt_tokens(static_cast<int64_t>(fresh_prompt));
+    }
+    // A resumed request already has the token this chunk's logits predict.
+    if (a.prefilling() || (was_prefill && a.generated > 0)) continue;
     float logprob = 0;
-    std::span<const float> row(logits_.data() + i * static_cast<size_t>(vocab), vocab);
+    std::span<const float> row(logits_.data() + i * static_cast<size_t>(
+                                                        runner_.model().config().vocab_size),
+                               runner_.model().config().vocab_size);
     int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &logprob : nullptr);
     emit(a, token, logprob);
   }
@@ -244,7 +360,7 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
   }
   a.last_token = now;
   ++a.generated;
-  a.next_token = token;
+  a.context.push_back(token);
 
   TokenChunk chunk;
   chunk.ids.push_back(token);
@@ -270,8 +386,10 @@ void Scheduler::complete(Active& a, absl::Status status) {
   c.status = std::move(status);
   c.reason = a.reason;
   c.text_tail = a.text.finish();
-  c.usage.prompt_tokens = static_cast<int32_t>(a.prompt().size());
+  c.usage.prompt_tokens = static_cast<int32_t>(a.prompt_size());
   c.usage.generated_tokens = a.generated;
+  c.usage.preemptions = a.preemptions;
+  c.usage.recomputed_tokens = a.recomputed;
   if (a.seq >= 0) {
     cache::SequenceStats s = runner_.cache().sequence_stats(a.seq);
     cache::CacheStats all = runner_.cache().stats();
@@ -288,11 +406,6 @@ void Scheduler::complete(Active& a, absl::Status status) {
     metrics_->observe_request_duration(seconds(Clock::now() - a.req->arrival));
   }
   a.req->sink->on_finish(std::move(c));
-}
-
-void Scheduler::fail_waiting(std::shared_ptr<Request> request, const absl::Status& status) {
-  Active a(std::move(request));
-  complete(a, status);
 }
 
 }  // namespace fpa::server

@@ -1,20 +1,25 @@
 // Iteration-level continuous batching over one ModelRunner (which is not thread-safe: only the
-// scheduler thread touches it). Each iteration admits waiting requests into the running batch,
-// gives prefilling requests their next prompt chunk (up to --prefill-chunk tokens in all), runs
-// one decode token for every other running request in the same step, samples, streams the tokens
-// out, and frees the pages of requests that finished, were cancelled or ran past their deadline.
+// scheduler thread touches it). Each iteration plans one step: every running request, oldest
+// admission first, gets its next prompt chunk (up to --prefill-chunk tokens in all) or one decode
+// token, and the cache reserves the pages that step may take (ModelRunner::reserve). When a
+// request's reservation fails, the most recently admitted running request is preempted: its
+// pages go back to the pool and it returns to the head of the queue with what it generated; on
+// readmission its prompt and output are recomputed through chunked prefill and it goes on, its
+// sampler untouched, so the client sees one unbroken stream. Waiting requests are admitted while
+// their first step fits beside the running ones' next step and a watermark of free pages.
 //
-// Backpressure: a full queue refuses a request with RESOURCE_EXHAUSTED. When the cache cannot
-// take a step, prefill chunks wait for decoding requests to free pages; when even the decode
-// step does not fit, the youngest request fails with RESOURCE_EXHAUSTED (no preemption).
+// Refusals: a full queue (RESOURCE_EXHAUSTED at submission); a request that cannot fit even alone
+// in the empty pool (RESOURCE_EXHAUSTED, at submission when that is known up front).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,6 +34,9 @@ struct SchedulerOptions {
   int max_batch = 32;
   int max_queue = 256;
   int prefill_chunk = 256;
+  // Share of the pool admission leaves free, so running requests can grow before preempting.
+  double watermark = 0.01;
+  std::string pool_flag = "--cache-bytes";  // the flag that sized the pool, for error messages
 };
 
 class Scheduler {
@@ -37,8 +45,9 @@ class Scheduler {
   ~Scheduler();  // drains with no grace period when drain() was not called
 
   void start();
-  // Queues a request; ResourceExhausted when the queue is full, Unavailable when draining.
-  // On success the request's sink will get on_finish exactly once.
+  // Queues a request; ResourceExhausted when the queue is full or the request cannot fit the
+  // pool even alone, Unavailable when draining. On success the request's sink will get
+  // on_finish exactly once.
   absl::Status submit(std::shared_ptr<Request> request);
   // Stops taking requests and lets the queued and running ones finish for at most `grace`; then
   // fails what is left with UNAVAILABLE and stops the thread.
@@ -50,15 +59,21 @@ class Scheduler {
  private:
   struct Active;
   struct Intake;
+  struct Plan;
 
   Intake take_work();
   void loop();
-  void admit(std::vector<std::shared_ptr<Request>> admitted);
+  void admit();
+  bool fits_beside_running(const Active& a) const;
   void reap();
   void iterate();
+  Plan plan_step();
+  bool reserve_or_preempt(Active& a, int n_tokens);
+  void preempt(Active& a);
+  void record_step(const Plan& plan);
   void emit(Active& a, int32_t token, float logprob);
   void complete(Active& a, absl::Status status);
-  void fail_waiting(std::shared_ptr<Request> request, const absl::Status& status);
+  absl::Status check_fits_alone(const GenerationParams& p) const;
 
   ModelRunner& runner_;
   const SchedulerOptions options_;
@@ -67,7 +82,8 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable wake_;  // work arrived, or drain/abort
   std::condition_variable done_;  // the loop has exited
-  std::deque<std::shared_ptr<Request>> waiting_;
+  // New requests at the back, preempted ones back at the front.
+  std::deque<std::unique_ptr<Active>> waiting_;
   bool accepting_ = true;
   bool stopping_ = false;  // exit once idle
   bool aborting_ = false;  // exit now, failing everything

@@ -130,27 +130,30 @@ class QueryRow<0> {
 // A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
 // the query and output row stay in registers across keys; D = 0 takes any size.
 template <int D>
-void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
-                 const CachedKeys& keys, float* out) {
+float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                  const CachedKeys& keys, float* out) {
   const int dim = D > 0 ? D : head_dim;
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   float* s = scratch(keys.pages.size() * ps);
   QueryRow<D> query(q, dim);
-  float mx = -kInf;
+  const float own_score = query.dot(own.k) * scale;
+  float mx = own_score;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     for (int j = 0; j < ps; ++j) {
       float& sj = s[p * ps + j];
       if (pv.pos[j] < 0) continue;
-      if (pv.pos[j] < pos) pv.m[j] = std::min(pv.m[j], phi);
+      pv.m[j] = std::min(pv.m[j], phi);
       sj =
           dot(q, pv.k + static_cast<long>(j) * dim, dim) * scale - penalty(pen, pv.lvl[j], pv.m[j]);
       mx = std::max(mx, sj);
     }
   }
   // One pass over the values with the final maximum; probabilities stay in s for acc.
-  double z = 0.0;
+  const float own_e = exp_nonpositive(own_score - mx);
+  query.add(own_e, own.v);
+  double z = own_e;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     for (int j = 0; j < ps; ++j) {
@@ -169,6 +172,7 @@ void decode_impl(const float* q, float phi, int32_t pos, Penalty pen, int head_d
       if (pv.pos[j] >= 0) pv.acc[j] += s[p * ps + j] * inv;
     }
   }
+  return own_e * inv;
 }
 
 // Free slots may hold anything (even NaN bits); their probability is 0, but 0 * NaN is NaN in a
@@ -204,19 +208,19 @@ void penalise_row(float* row, const Chunk& c, int t, float prefix_min, Penalty p
 
 }  // namespace
 
-void decode_attention(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
-                      const CachedKeys& keys, float* out) {
+float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                       const CachedKeys& keys, float* out) {
   switch (head_dim) {
     case 16:
-      return decode_impl<16>(q, phi, pos, pen, head_dim, keys, out);
+      return decode_impl<16>(q, phi, own, pen, head_dim, keys, out);
     case 32:
-      return decode_impl<32>(q, phi, pos, pen, head_dim, keys, out);
+      return decode_impl<32>(q, phi, own, pen, head_dim, keys, out);
     case 64:
-      return decode_impl<64>(q, phi, pos, pen, head_dim, keys, out);
+      return decode_impl<64>(q, phi, own, pen, head_dim, keys, out);
     case 128:
-      return decode_impl<128>(q, phi, pos, pen, head_dim, keys, out);
+      return decode_impl<128>(q, phi, own, pen, head_dim, keys, out);
     default:
-      return decode_impl<0>(q, phi, pos, pen, head_dim, keys, out);
+      return decode_impl<0>(q, phi, own, pen, head_dim, keys, out);
   }
 }
 

@@ -24,10 +24,18 @@ struct CachedKeys {
   int page_slots = 0;
 };
 
-// Query at position `pos` (its own key already inserted with m = +inf). Updates m = min(m, phi)
-// for keys before `pos`, adds each key's softmax probability to its acc, writes out[head_dim].
-void decode_attention(const float* q, float phi, int32_t pos, Penalty pen, int head_dim,
-                      const CachedKeys& keys, float* out);
+// The decode token's own key and value: not cached yet (the cache takes it after the step), and
+// never penalised (no dip lies between a key and itself).
+struct OwnKey {
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
+// One query over the cached keys and its own key. Updates every cached key's m = min(m, phi),
+// adds each cached key's softmax probability to its acc, writes out[head_dim] and returns the
+// own key's probability.
+float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                       const CachedKeys& keys, float* out);
 
 // A prompt chunk of one head: n queries and keys at consecutive positions. q/k/v/out rows
 // have stride `stride`; phi and lvl are the chunk's field and levels [n].

@@ -1,13 +1,13 @@
 // The CPU backend: dense work through BLAS over the whole batch, attention per stream on
 // the backend's thread pool, cache bookkeeping (evict, insert) on the calling thread.
 #include <algorithm>
-#include <limits>
 #include <mutex>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/layer_update.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/field.h"
@@ -20,8 +20,6 @@ namespace {
 
 using cache::KvCache;
 using cache::PageView;
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // One forward call's items with their token offsets in the stacked activations.
 struct Batch {
@@ -46,10 +44,9 @@ class CpuBackend : public Backend {
   absl::Status attention_block(int l, const Batch& b);
   void project(const LayerWeights& w, const Batch& b);
   void walk_field(int l, const Batch& b);
-  absl::Status cache_decode_keys(int l, const Batch& b);
   void gather_pages(int l, const Batch& b);
   void attend(int l, const Batch& b);
-  absl::Status cache_chunk_keys(int l, const Batch& b);
+  absl::Status update_cache(int l, const Batch& b);
   void mlp_block(const LayerWeights& w, int n);
   void write_logits(const Batch& b, std::span<float> logits, bool all);
 
@@ -64,7 +61,7 @@ class CpuBackend : public Backend {
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
-  std::vector<float> tau_;                    // item -> fpa eviction threshold (or +inf)
+  std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
 };
 
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
@@ -84,7 +81,7 @@ absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
       return absl::InvalidArgumentError(absl::StrCat("forward: sequence ", it.seq, " twice"));
     }
     // Keys go in at increasing positions: an item must continue where its sequence stopped.
-    if (const int64_t length = cache_.sequence_stats(it.seq).length; it.start_pos != length) {
+    if (const int64_t length = cache_.length(it.seq); it.start_pos != length) {
       return absl::InvalidArgumentError(absl::StrCat("forward: sequence ", it.seq,
                                                      " is at position ", length,
                                                      ", the item starts at ", it.start_pos));
@@ -95,12 +92,6 @@ absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
   if (logits.size() < rows * c_.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("forward: logits buffer holds ", logits.size(),
                                                    " floats, needs ", rows * c_.vocab_size));
-  }
-  int64_t need = 0;
-  for (size_t i = 0; i < b.items.size(); ++i) need += cache_.pages_needed(b.items[i].seq, b.len(i));
-  if (need > cache_.free_pages()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache exhausted: the batch may need ", need, " pages, ", cache_.free_pages(), " free"));
   }
   return absl::OkStatus();
 }
@@ -148,10 +139,9 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   cpu::rmsnorm(h_.data(), b.tokens(), w.attn_norm, c_.norm_eps, x_.data());
   project(w, b);
   walk_field(l, b);
-  FPA_RETURN_IF_ERROR(cache_decode_keys(l, b));
   gather_pages(l, b);
   attend(l, b);
-  FPA_RETURN_IF_ERROR(cache_chunk_keys(l, b));
+  FPA_RETURN_IF_ERROR(update_cache(l, b));
   cpu::linear(o_.data(), b.tokens(), w.wo, h_.data(), &pool_, /*accumulate=*/true);
   return absl::OkStatus();
 }
@@ -204,38 +194,14 @@ void CpuBackend::walk_field(int l, const Batch& b) {
   }
 }
 
-// Decode items: evict at the new phi, then insert the new key (m = +inf), before attending.
-absl::Status CpuBackend::cache_decode_keys(int l, const Batch& b) {
-  const int n = b.tokens(), hd = c_.head_dim;
-  const std::vector<float>& beta = model_.layers()[l].beta;
-  for (size_t i = 0; i < b.items.size(); ++i) {
-    if (b.len(i) != 1) continue;
-    const ForwardItem& it = b.items[i];
-    const long row = static_cast<long>(b.offset[i]) * width();
-    for (int h = 0; h < c_.n_heads; ++h) {
-      const float phi = phi_[static_cast<long>(h) * n + b.offset[i]];
-      const float lvl = lvl_[static_cast<long>(h) * n + b.offset[i]];
-      // Evictions leave holes; merging sparse pages returns whole pages to the pool.
-      if (cache_.evict_for_step(it.seq, l, h, phi, beta[h], it.start_pos) > 0) {
-        cache_.compact(it.seq, l, h);
-      }
-      absl::StatusOr<cache::SlotRef> slot = cache_.insert(
-          it.seq, l, h, it.start_pos, lvl, k_.data() + row + h * hd, v_.data() + row + h * hd);
-      if (!slot.ok()) return slot.status();
-      cache_.set_last_phi(it.seq, l, h, phi);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Each stream's pages, and each item's eviction threshold (+inf unless the fpa policy).
+// Each stream's pages and the threshold its policy has the kernels exclude keys at.
 void CpuBackend::gather_pages(int l, const Batch& b) {
   pages_.resize(b.items.size() * c_.n_heads);
-  tau_.clear();
+  thr_.resize(pages_.size());
+  const std::vector<float>& beta = model_.layers()[l].beta;
   for (size_t i = 0; i < b.items.size(); ++i) {
-    const cache::PolicyConfig& policy = cache_.policy(b.items[i].seq);
-    tau_.push_back(policy.policy == cache::Policy::kFpa ? policy.tau : kInf);
     for (int h = 0; h < c_.n_heads; ++h) {
+      thr_[stream(i, h)] = cache_.threshold(b.items[i].seq, beta[h]);
       std::vector<PageView>& views = pages_[stream(i, h)];
       views.clear();
       for (int32_t id : cache_.pages(b.items[i].seq, l, h)) views.push_back(cache_.page(id));
@@ -255,13 +221,14 @@ void CpuBackend::attend(int l, const Batch& b) {
   cpu::parallel_for(&pool_, static_cast<int>(b.items.size()) * nh, work, [&](int s) {
     const size_t i = s / nh;
     const int h = s % nh;
-    const cpu::Penalty pen{beta[h], beta[h] > 0.0f ? tau_[i] / beta[h] : kInf};
+    const cpu::Penalty pen{beta[h], thr_[s]};
     const long off = b.offset[i];
     const long col = off * width() + h * hd;
     const cpu::CachedKeys keys{pages_[s], page_slots};
     if (b.len(i) == 1) {
-      cpu::decode_attention(q_.data() + col, phi_[h * n + off], b.items[i].start_pos, pen, hd, keys,
-                            o_.data() + col);
+      const cpu::OwnKey own{k_.data() + col, v_.data() + col};
+      acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
+                                                keys, o_.data() + col);
       return;
     }
     const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
@@ -271,36 +238,17 @@ void CpuBackend::attend(int l, const Batch& b) {
   });
 }
 
-// Prompt chunks, after attending: every chunk key goes in with m = the suffix-min of phi after
-// it and the probability it received, then the cache evicts for the whole chunk (the fpa rule
-// at the chunk's deepest dip, or a heuristic's budget).
-absl::Status CpuBackend::cache_chunk_keys(int l, const Batch& b) {
-  const int n = b.tokens(), hd = c_.head_dim;
-  const std::vector<float>& beta = model_.layers()[l].beta;
-  std::vector<float> m;
+// The cache evicts, inserts the step's keys (with the attention mass they got, for h2o) and
+// compacts, as for every backend.
+absl::Status CpuBackend::update_cache(int l, const Batch& b) {
+  std::vector<cache::StepItem> items;
+  items.reserve(b.items.size());
   for (size_t i = 0; i < b.items.size(); ++i) {
-    const int len = b.len(i);
-    if (len == 1) continue;
-    const ForwardItem& it = b.items[i];
-    for (int h = 0; h < c_.n_heads; ++h) {
-      const long at = static_cast<long>(h) * n + b.offset[i];
-      m.assign(len, kInf);
-      for (int t = len - 2; t >= 0; --t) m[t] = std::min(m[t + 1], phi_[at + t + 1]);
-      for (int t = 0; t < len; ++t) {
-        const long row = static_cast<long>(b.offset[i] + t) * width() + h * hd;
-        absl::StatusOr<cache::SlotRef> slot = cache_.insert(
-            it.seq, l, h, it.start_pos + t, lvl_[at + t], k_.data() + row, v_.data() + row, m[t]);
-        if (!slot.ok()) return slot.status();
-        cache_.page(slot->page).acc[slot->slot] = acc_[at + t];
-      }
-      if (cache_.evict_for_chunk(it.seq, l, h, *std::min_element(&phi_[at], &phi_[at] + len),
-                                 beta[h], it.start_pos + len - 1) > 0) {
-        cache_.compact(it.seq, l, h);
-      }
-      cache_.set_last_phi(it.seq, l, h, phi_[at + len - 1]);
-    }
+    items.push_back({b.items[i].seq, b.items[i].start_pos, b.offset[i], b.len(i)});
   }
-  return absl::OkStatus();
+  const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1, b.tokens(),
+                              k_.data(),   v_.data(),   width()};
+  return cache::apply_layer(cache_, l, items, model_.layers()[l].beta, rows).status();
 }
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {

@@ -7,7 +7,9 @@
 #include <limits>
 #include <mutex>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "cache/layer_update.h"
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/device_weights.h"
@@ -53,7 +55,7 @@ struct Scratch {
   DeviceBuffer page_ids, page_off, page_cnt, partial;
   DeviceBuffer resets, writes, moves;
   DeviceBuffer x_out, logits;
-  PinnedFloats field_host;  // phi | lvl | cmin | smin
+  PinnedFloats field_host;  // phi | lvl
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -88,7 +90,7 @@ class CudaBackendImpl final : public CudaBackend {
                           const cuda::BatchLayout& layout);
   absl::Status attend(int layer, std::span<const ForwardItem> items,
                       const cuda::BatchLayout& layout);
-  absl::Status mirror_update(const cuda::LayerUpdate& update);
+  absl::Status mirror_update(const cache::LayerChanges& update);
   absl::Status mlp_block(int layer, int rows);
   absl::Status final_logits(const cuda::BatchLayout& layout, std::span<float> logits);
 
@@ -115,7 +117,7 @@ absl::Status CudaBackendImpl::init() {
   // The whole page pool in one allocation: k | v | lvl | m | pos, indexed by slot.
   const cache::CacheShape& shape = cache_.shape();
   const size_t slots = static_cast<size_t>(cache_.stats().pages_total) * shape.page_slots;
-  const size_t elem = options_.half_precision ? 2 : 4;
+  const size_t elem = static_cast<size_t>(shape.kv_bytes);
   const size_t kv_bytes = (slots * shape.head_dim * elem + 255) / 256 * 256;  // keeps lvl aligned
   FPA_RETURN_IF_ERROR(pool_memory_.reserve(2 * kv_bytes + 3 * slots * 4));
   char* base = pool_memory_.as<char>();
@@ -126,7 +128,7 @@ absl::Status CudaBackendImpl::init() {
   pool_.pos = reinterpret_cast<int32_t*>(pool_.m + slots);
   pool_.page_slots = shape.page_slots;
   pool_.head_dim = shape.head_dim;
-  pool_.type = options_.half_precision ? cuda::KvType::kBf16 : cuda::KvType::kF32;
+  pool_.type = shape.kv_bytes == 2 ? cuda::KvType::kBf16 : cuda::KvType::kF32;
   // Every slot starts free (all bytes 0xff: pos -1).
   FPA_RETURN_IF_ERROR(
       cuda_status(cudaMemsetAsync(pool_.pos, 0xff, slots * 4, stream_), "pool init"));
@@ -148,7 +150,7 @@ absl::Status CudaBackendImpl::reserve_rows(const cuda::BatchLayout& layout, int 
     FPA_RETURN_IF_ERROR(b->reserve(rows * heads * 4));
   }
   FPA_RETURN_IF_ERROR(s_.phi_prev.reserve(items * heads * 4));
-  FPA_RETURN_IF_ERROR(s_.field_host.reserve(4 * rows * heads));
+  FPA_RETURN_IF_ERROR(s_.field_host.reserve(2 * rows * heads));
   const size_t out_rows = layout.out_rows.size();
   FPA_RETURN_IF_ERROR(s_.x_out.reserve(out_rows * d * 4));
   return s_.logits.reserve(out_rows * cfg().vocab_size * 4);
@@ -172,7 +174,7 @@ absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::s
   const bool all_logits = trace && trace->all_logits;
   const cuda::ModelDims dims{cfg().vocab_size, cfg().n_layers, cfg().n_heads, cfg().head_dim};
   absl::StatusOr<cuda::BatchLayout> layout =
-      cuda::plan_batch(items, logits.size(), all_logits, dims, cache_);
+      cuda::plan_batch(items, logits.size(), all_logits, dims);
   if (!layout.ok()) return layout.status();
   if (layout->rows == 0) return absl::OkStatus();
   FPA_RETURN_IF_ERROR(reserve_rows(*layout, static_cast<int>(items.size())));
@@ -216,7 +218,7 @@ absl::Status CudaBackendImpl::attention_block(int layer, std::span<const Forward
   return gemm_.linear(w.wo, s_.attn.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
 }
 
-// phi, lvl and the chunk minima on the device, then copied back for the host's eviction.
+// phi, lvl and the chunk minima on the device; phi and lvl are copied back for the cache.
 absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem> items,
                                          const cuda::BatchLayout& layout) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
@@ -248,8 +250,8 @@ absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem>
   FPA_RETURN_IF_ERROR(cuda_status(cuda::launch_field(f, stream_), "field"));
   const size_t n = static_cast<size_t>(layout.rows) * heads;
   float* host = s_.field_host.data();
-  const float* parts[] = {f.phi, f.lvl, f.cmin, f.smin};
-  for (int i = 0; i < 4; ++i) {
+  const float* parts[] = {f.phi, f.lvl};
+  for (int i = 0; i < 2; ++i) {
     FPA_RETURN_IF_ERROR(
         cuda_status(cudaMemcpyAsync(host + i * n, parts[i], n * 4, cudaMemcpyDeviceToHost, stream_),
                     "field copy"));
@@ -300,14 +302,14 @@ absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> ite
   FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
   const size_t n = static_cast<size_t>(layout.rows) * heads;
   const float* host = s_.field_host.data();
-  const cuda::FieldRows field{{host, n}, {host + n, n}, {host + 2 * n, n}, {host + 3 * n, n}};
-  absl::StatusOr<cuda::LayerUpdate> update =
-      cuda::update_layer(items, layout, layer, beta, thr, field, cache_);
+  const cache::LayerRows rows{.phi = host, .lvl = host + n, .row_stride = heads, .head_stride = 1};
+  absl::StatusOr<cache::LayerChanges> update =
+      cache::apply_layer(cache_, layer, cuda::step_items(items, layout), beta, rows);
   if (!update.ok()) return update.status();
   return mirror_update(*update);
 }
 
-absl::Status CudaBackendImpl::mirror_update(const cuda::LayerUpdate& u) {
+absl::Status CudaBackendImpl::mirror_update(const cache::LayerChanges& u) {
   FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
   FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
   FPA_RETURN_IF_ERROR(upload(s_.moves, u.moves.data(), u.moves.size(), stream_));
@@ -372,11 +374,12 @@ absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqI
 absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t start_pos,
                                                     int n_tokens, float phi_step, int keep_last) {
   std::lock_guard lock(mu_);
-  if (cache_.pages_needed(seq, std::min(keep_last, n_tokens)) > cache_.free_pages()) {
+  if (!cache_.reserve(seq, std::min(keep_last, n_tokens))) {
     return absl::ResourceExhaustedError("KV cache too small for the synthetic context");
   }
+  absl::Cleanup unreserve = [&] { cache_.unreserve(seq); };
   const int page_slots = cache_.shape().page_slots;
-  cuda::LayerUpdate u;
+  cache::LayerChanges u;
   for (int l = 0; l < cfg().n_layers; ++l) {
     for (int h = 0; h < cfg().n_heads; ++h) {
       const float phi0 = cache_.last_phi(seq, l, h);
@@ -409,7 +412,7 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
   return cuda_status(cudaStreamSynchronize(stream_), "synthetic keys");
 }
 
-absl::Status check_cache(const Model& model, cache::KvCache& cache) {
+absl::Status check_cache(const Model& model, cache::KvCache& cache, const CudaOptions& options) {
   const ModelConfig& c = model.config();
   const cache::CacheShape& s = cache.shape();
   if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.head_dim != c.head_dim) {
@@ -422,6 +425,12 @@ absl::Status check_cache(const Model& model, cache::KvCache& cache) {
     return absl::InvalidArgumentError(
         "the cuda backend needs a KvCache created with host_storage=false (k and v live on the "
         "device)");
+  }
+  if (s.kv_bytes != kv_bytes(options)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cuda pool stores ", kv_bytes(options), "-byte keys and values (",
+                     options.half_precision ? "bf16" : "float32", "), the cache counts ",
+                     s.kv_bytes, ": create it with kv_bytes = kv_bytes(options)"));
   }
   if (c.head_dim > cuda::kMaxHeadDim) {
     return absl::UnimplementedError(absl::StrCat("the cuda backend supports head_dim up to ",
@@ -444,7 +453,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
   if (!cuda_device_available()) {
     return absl::UnavailableError("no CUDA device is available");
   }
-  FPA_RETURN_IF_ERROR(check_cache(model, cache));
+  FPA_RETURN_IF_ERROR(check_cache(model, cache, options));
   auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);
   FPA_RETURN_IF_ERROR(backend->init());
   return backend;

@@ -28,6 +28,10 @@ struct CudaOptions {
   bool half_precision = true;
 };
 
+// Bytes per stored key or value element of the backend's pool: the cache it runs on must be
+// created with this CacheShape::kv_bytes, so that every byte figure counts the real storage.
+inline int kv_bytes(const CudaOptions& options) { return options.half_precision ? 2 : 4; }
+
 class CudaBackend : public Backend {
  public:
   // Sorted positions of the keys the device holds live for one stream: tests compare them with

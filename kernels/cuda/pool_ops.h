@@ -1,25 +1,11 @@
 // The page-pool edits the host bookkeeping hands to the device (plain C++17: .cu files use it).
 #pragma once
 
-#include <cstdint>
+#include "cache/pool_edits.h"
 
 namespace fpa::cuda {
 
-// A new key for the device pool: slot_index = page * page_slots + slot; its k and v are head
-// `head` of token row `row` of the layer's qkv buffer.
-struct KeyWrite {
-  int32_t slot_index;
-  int32_t row;
-  int32_t head;
-  int32_t pos;
-  float lvl;
-  float m;
-};
-
-// compact() moved a key (slot indices as in KeyWrite); moves apply in order.
-struct SlotMove {
-  int32_t from;
-  int32_t to;
-};
+using cache::KeyWrite;
+using cache::SlotMove;
 
 }  // namespace fpa::cuda

@@ -1,6 +1,6 @@
 // Host side of a CUDA forward step, free of CUDA so CPU-only builds test it: checks a batch,
-// lays its tokens out as rows, snapshots the page tables the attention kernel walks, and runs the
-// host cache's eviction and insertion for one layer, returning what the device must mirror.
+// lays its tokens out as rows and snapshots the page tables the attention kernel walks. The
+// cache's eviction and insertion for a layer is cache::apply_layer, as for every backend.
 #pragma once
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/pool_ops.h"
+#include "cache/layer_update.h"
 
 namespace fpa::cuda {
 
@@ -33,20 +33,22 @@ struct ModelDims {
   int head_dim = 0;
 };
 
-// Unimplemented for the heuristic policies: their evictions need per-slot state (h2o's attention
-// mass) that the device does not mirror back.
+// Unimplemented for a policy whose evictions the attention kernels' threshold does not cover:
+// the device never learns which slots the host freed, only which keys the threshold excludes.
 absl::Status check_policy(const cache::PolicyConfig& policy);
 
 // InvalidArgument for a malformed batch (empty item, bad token, repeated sequence, short logits
-// span), Unimplemented for a policy the CUDA backend cannot mirror, ResourceExhausted when the
-// pool cannot take the step. Nothing is changed.
+// span). Nothing is changed. Whether the step fits the pool is the planner's (KvCache::reserve).
 absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_t logits_size,
-                                       bool all_logits, const ModelDims& dims,
-                                       const cache::KvCache& cache);
+                                       bool all_logits, const ModelDims& dims);
 
-// Eviction threshold tau / beta per (item, head), +inf where nothing can be evicted.
+// The threshold per (item, head) the kernels exclude keys at, as the cache's policy says.
 std::vector<float> eviction_thresholds(std::span<const ForwardItem> items,
                                        std::span<const float> beta, const cache::KvCache& cache);
+
+// The step's items as the cache's layer update takes them.
+std::vector<cache::StepItem> step_items(std::span<const ForwardItem> items,
+                                        const BatchLayout& layout);
 
 // The streams' current page lists, flattened: stream (item, head) owns
 // ids[offset[s] .. offset[s] + count[s]).
@@ -56,31 +58,6 @@ struct PageTables {
 };
 PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, int n_heads,
                                 const cache::KvCache& cache);
-
-// Per-row, per-head field values of one layer, copied back from the device ([rows][n_heads]).
-struct FieldRows {
-  std::span<const float> phi;   // the walk
-  std::span<const float> lvl;   // the keys' levels
-  std::span<const float> cmin;  // min phi from the item's first row to this row
-  std::span<const float> smin;  // min phi after this row to the item's last row (+inf: none)
-};
-
-struct LayerUpdate {
-  std::vector<int32_t> reset_pages;  // newly taken pages: every slot must read as free first
-  std::vector<KeyWrite> writes;
-  std::vector<SlotMove> moves;
-  int64_t evicted = 0;
-};
-
-// Runs one layer's bookkeeping in step order for every (item, head): evict with the last phi (a
-// one-token item) or the chunk's minimum phi (a prompt chunk), insert the chunk's keys that are
-// still live at its end (m = their suffix minimum) and store the last phi; then compact the
-// streams that lost keys. The device applies reset_pages, then writes, then moves (in order).
-absl::StatusOr<LayerUpdate> update_layer(std::span<const ForwardItem> items,
-                                         const BatchLayout& layout, int layer,
-                                         std::span<const float> beta,
-                                         std::span<const float> thresholds, const FieldRows& field,
-                                         cache::KvCache& cache);
 
 // How many parts each (row, head) splits its cached keys into: enough warps to fill the device
 // (about 128 per SM on a 132-SM H200), never fewer than 32 keys (one warp tile) a part.

@@ -15,43 +15,34 @@ ModelRunner::ModelRunner(const Model& model, cache::KvCache& cache,
 
 absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& policy) {
   if (absl::Status st = backend_->check_policy(policy); !st.ok()) return st;
-  absl::StatusOr<cache::SeqId> seq = cache_.add_sequence(policy);
-  if (seq.ok()) positions_[*seq] = 0;
-  return seq;
+  return cache_.add_sequence(policy);
 }
 
 absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<float> logits) {
+  absl::Cleanup unreserve = [&] {
+    for (const StepInput& in : inputs) cache_.unreserve(in.seq);
+  };
   std::vector<ForwardItem> items;
   items.reserve(inputs.size());
   for (const StepInput& in : inputs) {
-    auto it = positions_.find(in.seq);
-    if (it == positions_.end()) {
+    if (!cache_.contains(in.seq)) {
       return absl::NotFoundError(absl::StrCat("model runner: unknown sequence ", in.seq));
     }
-    items.push_back(ForwardItem{in.seq, in.tokens, it->second});
+    if (!cache_.reserve(in.seq, static_cast<int>(in.tokens.size()))) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV cache exhausted: the step needs more pages than the ",
+                       cache_.free_pages(), " free ones"));
+    }
+    items.push_back(ForwardItem{in.seq, in.tokens, position(in.seq)});
   }
-  FPA_RETURN_IF_ERROR(backend_->forward(items, logits));
-  for (const StepInput& in : inputs) positions_[in.seq] += static_cast<int32_t>(in.tokens.size());
-  return absl::OkStatus();
-}
-
-int64_t ModelRunner::pages_needed(std::span<const StepInput> inputs) const {
-  int64_t pages = 0;
-  for (const StepInput& in : inputs) {
-    pages += cache_.pages_needed(in.seq, static_cast<int>(in.tokens.size()));
-  }
-  return pages;
+  return backend_->forward(items, logits);
 }
 
 int32_t ModelRunner::position(cache::SeqId seq) const {
-  auto it = positions_.find(seq);
-  return it == positions_.end() ? -1 : it->second;
+  return cache_.contains(seq) ? static_cast<int32_t>(cache_.length(seq)) : -1;
 }
 
-void ModelRunner::finish(cache::SeqId seq) {
-  cache_.release(seq);
-  positions_.erase(seq);
-}
+void ModelRunner::finish(cache::SeqId seq) { cache_.release(seq); }
 
 // The returned tokens are the sampled ones, EOS included when it ended the generation.
 absl::StatusOr<std::vector<int32_t>> ModelRunner::generate(std::span<const int32_t> prompt,

@@ -1,12 +1,11 @@
-// The model runner: owns the sequences' positions and steps a batch of them through a backend,
-// one prompt chunk or one decode token each. The scheduler (server/) drives it; it never blocks
-// on anything but compute.
+// The model runner: steps a batch of sequences through a backend, one prompt chunk or one decode
+// token each. The scheduler (server/) drives it; it never blocks on anything but compute. A
+// sequence's position is the cache's (KvCache::length): nothing here keeps a second record.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,12 +31,14 @@ class ModelRunner {
   std::string_view backend_name() const { return backend_->name(); }
 
   absl::StatusOr<cache::SeqId> start(const cache::PolicyConfig& policy);
+  // The planner's call before a step (KvCache::reserve): false when the pool cannot promise the
+  // pages appending n_tokens to `seq` may take; the caller preempts or defers it.
+  bool reserve(cache::SeqId seq, int n_tokens) { return cache_.reserve(seq, n_tokens); }
   // Appends each input's tokens at its sequence's current position and writes the logits of
-  // its last token to logits[i * vocab_size]. ResourceExhausted (nothing changed) when the cache
-  // cannot take the whole step; the caller preempts or refuses.
+  // its last token to logits[i * vocab_size]. Reserves what the caller did not, and hands back
+  // every reservation afterwards. ResourceExhausted (nothing changed) when the pool cannot take
+  // the whole step.
   absl::Status step(std::span<const StepInput> inputs, std::span<float> logits);
-  // Worst-case free pages the step would need (see KvCache::pages_needed).
-  int64_t pages_needed(std::span<const StepInput> inputs) const;
   int32_t position(cache::SeqId seq) const;
   void finish(cache::SeqId seq);  // frees every page of the sequence at once
 
@@ -52,7 +53,6 @@ class ModelRunner {
   const Model& model_;
   cache::KvCache& cache_;
   std::unique_ptr<Backend> backend_;
-  std::unordered_map<cache::SeqId, int32_t> positions_;
 };
 
 }  // namespace fpa

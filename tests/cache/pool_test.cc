@@ -95,6 +95,49 @@ TEST(Pool, PagesNeededCountsFreeSlotsPerStream) {
   EXPECT_EQ(cache->pages_needed(12345, 4), 0);
 }
 
+// The planner's contract: a reservation holds pages back from everyone else, the sequence's own
+// inserts draw on it, and what the step did not use goes back.
+TEST(Reserve, HoldsPagesForItsSequenceOnly) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 2, .head_dim = 2, .page_slots = 2};
+  auto cache = testing::make_cache(shape, 5);
+  PolicyConfig none;
+  none.policy = Policy::kNone;
+  const SeqId a = *cache->add_sequence(none);
+  const SeqId b = *cache->add_sequence(none);
+  ASSERT_TRUE(cache->reserve(a, 3));  // 2 pages per head
+  EXPECT_EQ(cache->stats().pages_reserved, 4);
+  EXPECT_EQ(cache->free_pages(), 1);
+  EXPECT_TRUE(cache->reserve(a, 3));  // again: the same reservation, nothing more
+  EXPECT_EQ(cache->free_pages(), 1);
+  EXPECT_FALSE(cache->reserve(b, 3));  // needs 2 of the 1 unreserved page: nothing taken
+  EXPECT_EQ(cache->free_pages(), 1);
+  EXPECT_FALSE(cache->reserve(12345, 1));
+  // b may use the unreserved page, but not a's.
+  ASSERT_TRUE(insert_key(*cache, b, 0, 0, 0, 0.0f).ok());
+  EXPECT_EQ(insert_key(*cache, b, 0, 1, 0, 0.0f).code(), absl::StatusCode::kResourceExhausted);
+  for (int32_t pos = 0; pos < 3; ++pos) {
+    for (int h = 0; h < 2; ++h) ASSERT_TRUE(insert_key(*cache, a, 0, h, pos, 0.0f).ok());
+  }
+  EXPECT_EQ(cache->stats().pages_reserved, 0);
+  EXPECT_EQ(cache->stats().pages_in_use, 5);
+  cache->release(b);
+  ASSERT_TRUE(cache->reserve(a, 1));  // both heads have a free slot: no page needed
+  EXPECT_EQ(cache->stats().pages_reserved, 0);
+  EXPECT_FALSE(cache->reserve(a, 2));  // a page per head, one is free
+  cache->release(a);
+  const SeqId c = *cache->add_sequence(none);
+  ASSERT_TRUE(cache->reserve(c, 1));
+  EXPECT_EQ(cache->stats().pages_reserved, 2);
+  EXPECT_EQ(cache->free_pages(), 3);
+  cache->unreserve(c);
+  EXPECT_EQ(cache->free_pages(), 5);
+  ASSERT_TRUE(cache->reserve(c, 1));
+  cache->release(c);  // a release hands its reservation back too
+  EXPECT_EQ(cache->stats().pages_reserved, 0);
+  EXPECT_EQ(cache->free_pages(), 5);
+  EXPECT_EQ(cache->stats().pages_in_use, 0);
+}
+
 TEST(Pool, BadInputIsAClearError) {
   const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 2, .page_slots = 4};
   EXPECT_EQ(KvCache::create({.n_layers = 0, .n_heads = 1, .head_dim = 2}, 4).status().code(),
@@ -156,8 +199,20 @@ TEST(Storage, SizesAndDeviceOnlyMode) {
   EXPECT_EQ(v.v, nullptr);
   EXPECT_EQ(v.lvl[ref->slot], 2.5f);
   EXPECT_EQ(v.pos[ref->slot], 0);
-  EXPECT_EQ(device->stats().bytes_held(), 16 * (2 * 64 * 4 + 16));
-  EXPECT_EQ(device->stats().bytes_full(), 2 * 64 * 4 + 16);
+  // A device pool keeps k, v, lvl, m and pos; the attention mass stays with the host.
+  EXPECT_EQ(device->stats().bytes_held(), 16 * (2 * 64 * 4 + 12));
+  EXPECT_EQ(device->stats().bytes_full(), 2 * 64 * 4 + 12);
+
+  // Bytes follow the storage's dtype: a bf16 device pool holds half the k and v bytes.
+  CacheShape bf16 = shape;
+  bf16.kv_bytes = 2;
+  EXPECT_EQ(KvCache::bytes_per_key(bf16, false), 2 * 64 * 2 + 12);
+  EXPECT_EQ(KvCache::pages_for_bytes(bf16, 100 * 16 * (2 * 64 * 2 + 12), false), 100);
+  auto half = KvCache::create(bf16, 10, /*host_storage=*/false);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ((*half)->stats().bytes_per_key, 2 * 64 * 2 + 12);
+  EXPECT_EQ(KvCache::create(bf16, 10, /*host_storage=*/true).status().code(),
+            absl::StatusCode::kInvalidArgument);  // host pages hold float32
 }
 
 // A device backend keeps k and v itself, addressed by (page, slot): following the SlotRefs that

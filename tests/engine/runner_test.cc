@@ -109,7 +109,8 @@ TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
   ASSERT_TRUE(runner_->step(std::vector<StepInput>{{a, p}}, logits).ok());
   const cache::SeqId b = *runner_->start(full);
   const std::vector<StepInput> too_big = {{b, p}};
-  EXPECT_GT(runner_->pages_needed(too_big), cache_->free_pages());
+  EXPECT_GT(cache_->pages_needed(b, 10), cache_->free_pages());
+  EXPECT_FALSE(runner_->reserve(b, 10));
   const cache::CacheStats stats = cache_->stats();
   std::vector<float> untouched(c.vocab_size, 7.0f);
   const absl::Status s = runner_->step(too_big, untouched);
@@ -124,6 +125,7 @@ TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
   std::vector<float> two(2 * c.vocab_size);
   EXPECT_EQ(runner_->step(mixed, two).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(runner_->position(a), 10);
+  EXPECT_EQ(cache_->stats().pages_reserved, 0);  // a failed step hands its reservations back
   runner_->finish(a);  // after the scheduler preempts a, b fits
   EXPECT_TRUE(runner_->step(too_big, logits).ok());
   EXPECT_EQ(runner_->position(b), 10);

@@ -58,8 +58,10 @@ std::unique_ptr<cache::KvCache> make_cache(const Model& model, const Config& c, 
   const ModelConfig& m = model.config();
   const int64_t per_stream = (kept_keys(c) + steps + kPageSlots - 1) / kPageSlots + 2;
   const int64_t pages = int64_t{c.batch} * m.n_layers * m.n_heads * per_stream;
-  auto cache =
-      cache::KvCache::create({m.n_layers, m.n_heads, m.head_dim, kPageSlots}, pages, host_storage);
+  // The device pool stores bf16 (the backend runs with half_precision below).
+  const int kv = host_storage ? 4 : kv_bytes(CudaOptions{.half_precision = true});
+  auto cache = cache::KvCache::create({m.n_layers, m.n_heads, m.head_dim, kPageSlots, kv}, pages,
+                                      host_storage);
   die(cache.status(), "cache");
   return *std::move(cache);
 }

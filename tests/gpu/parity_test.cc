@@ -62,11 +62,13 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
   // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages.
   void make_cuda(bool bf16, int64_t pages = 4096) {
     const ModelConfig& c = model_->config();
-    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, pages, false);
+    const CudaOptions options{.half_precision = bf16};
+    auto cache = cache::KvCache::create(
+        {c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(options)}, pages, false);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
     cuda_.reset();
-    auto backend = create_cuda_backend(*model_, *cache_, {.half_precision = bf16});
+    auto backend = create_cuda_backend(*model_, *cache_, options);
     ASSERT_TRUE(backend.ok()) << backend.status();
     cuda_ = *std::move(backend);
   }

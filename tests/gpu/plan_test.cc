@@ -40,7 +40,7 @@ TEST(PlanBatch, LaysOutRowsAndOutputRows) {
   const cache::SeqId b = add(*cache, cache::Policy::kNone);
   const std::vector<int32_t> ta{1, 2, 3}, tb{4};
   const ForwardItem items[] = {{a, ta, 0}, {b, tb, 5}};
-  auto last = plan_batch(items, 2 * 259, false, kDims, *cache);
+  auto last = plan_batch(items, 2 * 259, false, kDims);
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->rows, 4);
   EXPECT_EQ(last->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
@@ -48,7 +48,7 @@ TEST(PlanBatch, LaysOutRowsAndOutputRows) {
   EXPECT_EQ(last->row_pos, (std::vector<int32_t>{0, 1, 2, 5}));
   EXPECT_EQ(last->item_row0, (std::vector<int32_t>{0, 3}));
   EXPECT_EQ(last->out_rows, (std::vector<int32_t>{2, 3}));
-  auto all = plan_batch(items, 4 * 259, true, kDims, *cache);
+  auto all = plan_batch(items, 4 * 259, true, kDims);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->out_rows, (std::vector<int32_t>{0, 1, 2, 3}));
 }
@@ -56,11 +56,10 @@ TEST(PlanBatch, LaysOutRowsAndOutputRows) {
 TEST(PlanBatch, RejectsBadBatchesWithClearErrors) {
   auto cache = make_cache(2);
   const cache::SeqId a = add(*cache, cache::Policy::kFpa);
-  const cache::SeqId w = add(*cache, cache::Policy::kWindow);
-  const std::vector<int32_t> ok{1}, empty{}, bad{300}, long_prompt(64, 7);
+  const std::vector<int32_t> ok{1}, empty{}, bad{300};
   auto check = [&](std::vector<ForwardItem> items, size_t logits, absl::StatusCode code,
                    const char* words) {
-    auto r = plan_batch(items, logits, false, kDims, *cache);
+    auto r = plan_batch(items, logits, false, kDims);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), code) << r.status();
     EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status();
@@ -69,8 +68,6 @@ TEST(PlanBatch, RejectsBadBatchesWithClearErrors) {
   check({{a, bad, 0}}, 259, absl::StatusCode::kInvalidArgument, "token 300");
   check({{a, ok, 0}, {a, ok, 1}}, 2 * 259, absl::StatusCode::kInvalidArgument, "twice");
   check({{a, ok, 0}}, 258, absl::StatusCode::kInvalidArgument, "logits span");
-  check({{w, ok, 0}}, 259, absl::StatusCode::kUnimplemented, "fpa and none");
-  check({{a, long_prompt, 0}}, 259, absl::StatusCode::kResourceExhausted, "pages");
 }
 
 TEST(CheckPolicy, AcceptsWhatTheDeviceMirrorsAndNamesTheRest) {
@@ -158,15 +155,17 @@ struct Seq {
   std::vector<int32_t> tokens;
 };
 
-// Field rows of one step as the device's field kernel computes them.
+// Field rows of one step as the device's field kernel computes them ([row][head]).
 struct Rows {
-  std::vector<float> phi, lvl, cmin, smin;
-  FieldRows view() const { return {phi, lvl, cmin, smin}; }
+  std::vector<float> phi, lvl, cmin;
+  cache::LayerRows view() const {
+    return {.phi = phi.data(), .lvl = lvl.data(), .row_stride = kHeads, .head_stride = 1};
+  }
 };
 
 Rows field_rows(const std::vector<Seq*>& seqs, const BatchLayout& layout) {
   Rows r;
-  for (auto* v : {&r.phi, &r.lvl, &r.cmin, &r.smin}) v->resize(layout.rows * kHeads);
+  for (auto* v : {&r.phi, &r.lvl, &r.cmin}) v->resize(layout.rows * kHeads);
   for (size_t i = 0; i < seqs.size(); ++i) {
     const int row0 = layout.item_row0[i], len = layout.item_len[i];
     for (int h = 0; h < kHeads; ++h) {
@@ -177,12 +176,6 @@ Rows field_rows(const std::vector<Seq*>& seqs, const BatchLayout& layout) {
         r.lvl[at] = seqs[i]->walk.lvl[h][seqs[i]->pos + t];
         run = std::min(run, r.phi[at]);
         r.cmin[at] = run;
-      }
-      float suffix = kInf;
-      for (int t = len - 1; t >= 0; --t) {
-        const size_t at = static_cast<size_t>(row0 + t) * kHeads + h;
-        r.smin[at] = suffix;
-        suffix = std::min(suffix, r.phi[at]);
       }
     }
   }
@@ -213,8 +206,11 @@ class MirrorTest : public ::testing::Test {
       const int len = s->chunks[s->next];
       items.push_back({s->id, std::span(s->tokens).subspan(s->pos, len), s->pos});
     }
-    auto layout = plan_batch(items, items.size() * 259, false, kDims, *cache_);
+    auto layout = plan_batch(items, items.size() * 259, false, kDims);
     ASSERT_TRUE(layout.ok()) << layout.status();
+    for (const ForwardItem& item : items) {
+      ASSERT_TRUE(cache_->reserve(item.seq, static_cast<int>(item.tokens.size())));
+    }
     const Rows rows = field_rows(seqs, *layout);
     const std::vector<float> thr = eviction_thresholds(items, beta_, *cache_);
     const PageTables tables = snapshot_page_tables(items, 0, kHeads, *cache_);
@@ -226,8 +222,10 @@ class MirrorTest : public ::testing::Test {
                         items[i].start_pos, rows.cmin[last * kHeads + h], thr[st]);
       }
     }
-    auto update = update_layer(items, *layout, 0, beta_, thr, rows.view(), *cache_);
+    auto update = cache::apply_layer(*cache_, 0, step_items(items, *layout), beta_, rows.view());
     ASSERT_TRUE(update.ok()) << update.status();
+    for (const ForwardItem& item : items) cache_->unreserve(item.seq);
+    EXPECT_EQ(cache_->stats().pages_reserved, 0);
     mirror_->apply(*update);
     moves_ += update->moves.size();
     resets_ += update->reset_pages.size();

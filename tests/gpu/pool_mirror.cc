@@ -19,12 +19,12 @@ void PoolMirror::attend(std::span<const int32_t> pre_step_pages, int32_t pos0, f
   }
 }
 
-void PoolMirror::apply(const LayerUpdate& update) {
+void PoolMirror::apply(const cache::LayerChanges& update) {
   for (int32_t page : update.reset_pages) {
     for (int s = 0; s < page_slots_; ++s) slots_[static_cast<size_t>(page) * page_slots_ + s] = {};
   }
-  for (const KeyWrite& w : update.writes) slots_[w.slot_index] = {w.pos, w.lvl, w.m};
-  for (const SlotMove& mv : update.moves) {
+  for (const cache::KeyWrite& w : update.writes) slots_[w.slot_index] = {w.pos, w.lvl, w.m};
+  for (const cache::SlotMove& mv : update.moves) {
     slots_[mv.to] = slots_[mv.from];
     slots_[mv.from].pos = -1;
   }

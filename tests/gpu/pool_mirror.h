@@ -1,4 +1,4 @@
-// A host emulation of the CUDA backend's device page pool: it applies a LayerUpdate with the
+// A host emulation of the CUDA backend's device page pool: it applies a LayerChanges with the
 // kernels' semantics (resets, writes, moves in order) and the attention pass's m update and
 // dead-key marking, so CPU-only tests check the bookkeeping contract the device relies on.
 #pragma once
@@ -20,7 +20,7 @@ class PoolMirror {
   // keys of one stream: m = min(m, chunk_min), free the keys with lvl - m >= thr.
   void attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min, float thr);
   // launch_pool_update.
-  void apply(const LayerUpdate& update);
+  void apply(const cache::LayerChanges& update);
   std::set<int32_t> live(std::span<const int32_t> pages) const;
 
  private:

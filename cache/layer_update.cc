@@ -1,0 +1,113 @@
+#include "cache/layer_update.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace fpa::cache {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+class LayerWriter {
+ public:
+  LayerWriter(KvCache& cache, int layer, const LayerRows& rows, LayerChanges& out)
+      : cache_(cache), layer_(layer), rows_(rows), out_(out) {}
+
+  float at(const float* values, int row, int head) const {
+    return values[row * rows_.row_stride + head * rows_.head_stride];
+  }
+
+  // One key of row `row` at `pos`, running minimum `m`.
+  absl::Status insert(SeqId seq, int head, int row, int32_t pos, float m) {
+    const size_t pages_before = cache_.pages(seq, layer_, head).size();
+    const float lvl = at(rows_.lvl, row, head);
+    const long kv = row * rows_.kv_stride + static_cast<long>(head) * cache_.shape().head_dim;
+    absl::StatusOr<SlotRef> slot =
+        cache_.insert(seq, layer_, head, pos, lvl, rows_.k ? rows_.k + kv : nullptr,
+                      rows_.v ? rows_.v + kv : nullptr, m);
+    if (!slot.ok()) return slot.status();
+    if (cache_.pages(seq, layer_, head).size() > pages_before) {
+      out_.reset_pages.push_back(slot->page);
+    }
+    if (rows_.acc != nullptr && rows_.k != nullptr) {
+      cache_.page(slot->page).acc[slot->slot] = at(rows_.acc, row, head);
+    }
+    out_.writes.push_back(KeyWrite{slot->page * cache_.shape().page_slots + slot->slot, row, head,
+                                   pos, lvl, m});
+    return absl::OkStatus();
+  }
+
+  // A decode token: evict at its phi, then insert it.
+  absl::StatusOr<int> decode(const StepItem& item, int head, float beta) {
+    const int evicted = cache_.evict_for_step(item.seq, layer_, head,
+                                              at(rows_.phi, item.row0, head), beta, item.start_pos);
+    if (absl::Status s = insert(item.seq, head, item.row0, item.start_pos, kInf); !s.ok()) return s;
+    return evicted;
+  }
+
+  // A prompt chunk: insert its keys with their suffix minimum, then evict at the chunk's minimum.
+  // A key already dead by the dips after it within the chunk is never cached (it counts as
+  // evicted), which spares the pages and a mirror's writes.
+  absl::StatusOr<int> chunk(const StepItem& item, int head, float beta) {
+    const float thr = cache_.threshold(item.seq, beta);
+    float after = kInf;  // min of phi over the rows after t
+    float lowest = kInf;
+    suffix_.resize(static_cast<size_t>(item.len));
+    for (int t = item.len - 1; t >= 0; --t) {
+      suffix_[static_cast<size_t>(t)] = after;
+      after = std::min(after, at(rows_.phi, item.row0 + t, head));
+      lowest = std::min(lowest, at(rows_.phi, item.row0 + t, head));
+    }
+    int dropped = 0;
+    for (int t = 0; t < item.len; ++t) {
+      const float m = suffix_[static_cast<size_t>(t)];
+      if (at(rows_.lvl, item.row0 + t, head) - m >= thr) {
+        ++dropped;
+        continue;
+      }
+      absl::Status s = insert(item.seq, head, item.row0 + t, item.start_pos + t, m);
+      if (!s.ok()) return s;
+    }
+    cache_.count_dropped(dropped);
+    return cache_.evict_for_chunk(item.seq, layer_, head, lowest, beta,
+                                  item.start_pos + item.len - 1);
+  }
+
+  void compact(SeqId seq, int head) {
+    const int slots = cache_.shape().page_slots;
+    cache_.compact(seq, layer_, head, [&](SlotRef from, SlotRef to) {
+      out_.moves.push_back(SlotMove{from.page * slots + from.slot, to.page * slots + to.slot});
+    });
+  }
+
+ private:
+  KvCache& cache_;
+  const int layer_;
+  const LayerRows& rows_;
+  LayerChanges& out_;
+  std::vector<float> suffix_;
+};
+
+}  // namespace
+
+absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
+                                         std::span<const float> beta, const LayerRows& rows) {
+  LayerChanges out;
+  LayerWriter writer(cache, layer, rows, out);
+  std::vector<std::pair<SeqId, int>> shrunk;  // (seq, head) that lost keys
+  for (const StepItem& item : items) {
+    for (int h = 0; h < static_cast<int>(beta.size()); ++h) {
+      absl::StatusOr<int> evicted =
+          item.len == 1 ? writer.decode(item, h, beta[h]) : writer.chunk(item, h, beta[h]);
+      if (!evicted.ok()) return evicted.status();
+      out.evicted += *evicted;
+      if (*evicted > 0) shrunk.emplace_back(item.seq, h);
+      cache.set_last_phi(item.seq, layer, h, writer.at(rows.phi, item.row0 + item.len - 1, h));
+    }
+  }
+  for (const auto& [seq, h] : shrunk) writer.compact(seq, h);
+  return out;
+}
+
+}  // namespace fpa::cache

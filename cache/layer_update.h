@@ -1,0 +1,56 @@
+// The cache's side of one layer of a step, in one call: the kernels computed the field and
+// attended; the cache evicts, inserts and compacts, for every backend in the same order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/kv_cache.h"
+#include "cache/pool_edits.h"
+
+namespace fpa::cache {
+
+// One sequence of the step: `len` rows from `row0`, at positions start_pos, start_pos + 1, ...
+// (one row for a decode token, a prompt chunk otherwise).
+struct StepItem {
+  SeqId seq = -1;
+  int32_t start_pos = 0;
+  int row0 = 0;
+  int len = 0;
+};
+
+// What the kernels computed for the layer. Per-row, per-head values sit at
+// [row * row_stride + head * head_stride]; a host-storage cache also takes the keys and values,
+// head h of row r at [r * kv_stride + h * head_dim].
+struct LayerRows {
+  const float* phi = nullptr;  // the walk at each row
+  const float* lvl = nullptr;  // each row's key level
+  const float* acc = nullptr;  // attention mass each new key got within its step (null: none)
+  long row_stride = 0;
+  long head_stride = 0;
+  const float* k = nullptr;  // null for a device pool
+  const float* v = nullptr;
+  long kv_stride = 0;
+};
+
+// What a device mirror of the pool must replay, in this order: clear reset_pages, apply writes,
+// then moves.
+struct LayerChanges {
+  std::vector<int32_t> reset_pages;
+  std::vector<KeyWrite> writes;
+  std::vector<SlotMove> moves;
+  int64_t evicted = 0;
+};
+
+// For every (item, head) in step order: a decode token evicts at its phi, then its key goes in
+// (m = +inf); a prompt chunk's keys go in with m = min of phi after them within the chunk (a key
+// already dead by then is never cached), then the stream evicts for the chunk at its minimum phi. Each stream keeps its last phi. Streams
+// that lost keys are compacted after every insert of the layer, so a page compaction frees is
+// never handed to another stream before the writes above. Pages come from the sequences'
+// reservations (KvCache::reserve); running out midway is an internal error.
+absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
+                                         std::span<const float> beta, const LayerRows& rows);
+
+}  // namespace fpa::cache
