@@ -35,10 +35,11 @@ struct Scheduler::Active {
   // the prompt and every output token but the last, which that decode step feeds.
   size_t target() const { return generated == 0 ? prompt_size() : context.size() - 1; }
   bool prefilling() const { return cached < target(); }
-  // The next step's tokens: a prompt chunk starting at a multiple of `chunk` (as in
-  // ModelRunner::generate, so batching and recomputing compute the same), or one decode token.
+  // The next step's tokens: a prompt chunk up to the next multiple of `chunk` (as in
+  // ModelRunner::generate, so that batching and recomputing compute what a solo run does unless
+  // a tight pool made the planner shrink a chunk), or one decode token.
   size_t next_tokens(size_t chunk) const {
-    return prefilling() ? std::min(target() - cached, chunk) : 1;
+    return prefilling() ? std::min(target() - cached, chunk - cached % chunk) : 1;
   }
 
   std::shared_ptr<Request> req;
@@ -73,24 +74,17 @@ void Scheduler::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-// Known at submission: the first prompt chunk must fit the empty pool, and under `none`, whose
-// need is exact, so must the whole sequence.
+// Known at submission under `none`, whose need is exact: the whole sequence must fit the empty
+// pool. Under the other policies eviction decides, and the planner finds out as it goes.
 absl::Status Scheduler::check_fits_alone(const GenerationParams& p) const {
   const cache::KvCache& cache = runner_.cache();
   const int64_t total = cache.stats().pages_total;
-  const int64_t prompt = static_cast<int64_t>(p.prompt.size());
-  const int64_t first = pages_for_new(cache.shape(), std::min<int64_t>(prompt, options_.prefill_chunk));
-  if (first > total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "prompt: its first chunk needs ", first, " KV cache pages, the whole pool has ", total,
-        " (", options_.pool_flag, ")"));
-  }
-  const int64_t keys = prompt + p.max_new_tokens - 1;
+  const int64_t keys = static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens - 1;
   if (p.policy.policy == cache::Policy::kNone && pages_for_new(cache.shape(), keys) > total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_new_tokens: with eviction_policy none, ", keys, " cached tokens need ",
-        pages_for_new(cache.shape(), keys), " KV cache pages, the whole pool has ", total, " (",
-        options_.pool_flag, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("max_new_tokens: with eviction_policy none, ", keys, " cached tokens need ",
+                     pages_for_new(cache.shape(), keys), " KV cache pages, the whole pool has ",
+                     total, " (", options_.pool_flag, ")"));
   }
   return absl::OkStatus();
 }
@@ -181,14 +175,14 @@ void Scheduler::loop() {
   done_.notify_all();
 }
 
-// Whether a waiting request's first step fits beside the running requests' next step, with
-// the watermark left free. An empty batch takes the head of the queue regardless: alone, it
-// either fits or fails.
+// Whether a waiting request's first step fits beside the running requests' next step, with the
+// watermark left free for them to grow into. An empty batch takes the head of the queue
+// regardless: alone, the planner shrinks its chunks to the pool, or it fails.
 bool Scheduler::fits_beside_running(const Active& a) const {
   if (running_.empty()) return true;
   const cache::KvCache& cache = runner_.cache();
-  int64_t need = pages_for_new(cache.shape(), static_cast<int64_t>(
-                                                  a.next_tokens(options_.prefill_chunk)));
+  int64_t need =
+      pages_for_new(cache.shape(), static_cast<int64_t>(a.next_tokens(options_.prefill_chunk)));
   for (const auto& r : running_) {
     need += cache.pages_needed(r->seq, static_cast<int>(r->next_tokens(options_.prefill_chunk)));
   }
@@ -267,10 +261,11 @@ Scheduler::Plan Scheduler::plan_step() {
   for (auto& owned : running_) {
     Active& a = *owned;
     if (a.done || a.preempted) continue;
-    const size_t n = a.next_tokens(chunk);
     const bool prefill = a.prefilling();
+    size_t n = a.next_tokens(chunk);
     if (prefill && prefill_tokens > 0 && prefill_tokens + n > chunk) continue;
-    if (!reserve_or_preempt(a, static_cast<int>(n))) continue;
+    n = reserve_step(a, n);
+    if (n == 0) continue;
     if (prefill) prefill_tokens += n;
     plan.inputs.push_back({a.seq, std::span<const int32_t>(a.context).subspan(a.cached, n)});
     plan.owners.push_back(&a);
@@ -278,11 +273,17 @@ Scheduler::Plan Scheduler::plan_step() {
   return plan;
 }
 
-// Reserves a's step, preempting the most recently admitted request admitted after `a` while it
-// does not fit. False when `a` had to give way itself (older requests hold the pages), or failed
-// for not fitting the pool even alone.
-bool Scheduler::reserve_or_preempt(Active& a, int n_tokens) {
-  while (!runner_.reserve(a.seq, n_tokens)) {
+// Reserves a's next `n` tokens. When they do not fit, a prompt chunk shrinks to what does;
+// failing that, the most recently admitted request after `a` is preempted and `a` tries again.
+// Returns the tokens reserved: 0 when `a` had to give way itself (older requests hold the
+// pages) or failed for not fitting the pool even alone.
+size_t Scheduler::reserve_step(Active& a, size_t n) {
+  for (;;) {
+    if (runner_.reserve(a.seq, static_cast<int>(n))) return n;
+    if (const size_t fit = largest_fit(a, n);
+        fit > 0 && runner_.reserve(a.seq, static_cast<int>(fit))) {
+      return fit;
+    }
     Active* victim = nullptr;
     bool others = false, after_a = false;
     for (auto& r : running_) {
@@ -297,16 +298,32 @@ bool Scheduler::reserve_or_preempt(Active& a, int n_tokens) {
       preempt(*victim);
     } else if (others) {
       preempt(a);
-      return false;
+      return 0;
     } else {
       complete(a, absl::ResourceExhaustedError(absl::StrCat(
                       "KV cache exhausted: the request needs more than the whole pool of ",
                       runner_.cache().stats().pages_total, " pages even alone (",
                       options_.pool_flag, ")")));
-      return false;
+      return 0;
     }
   }
-  return true;
+}
+
+// The most tokens under `n` of a's prompt chunk whose worst case fits the free pages (0: none).
+size_t Scheduler::largest_fit(const Active& a, size_t n) const {
+  if (!a.prefilling()) return 0;
+  const cache::KvCache& cache = runner_.cache();
+  const int64_t free = cache.free_pages();
+  size_t lo = 0, hi = n - 1;  // pages_needed grows with the tokens: bisect
+  while (lo < hi) {
+    const size_t mid = (lo + hi + 1) / 2;
+    if (cache.pages_needed(a.seq, static_cast<int>(mid)) <= free) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 void Scheduler::preempt(Active& a) {
@@ -329,8 +346,8 @@ void Scheduler::record_step(const Plan& plan) {
     a.cached += n;
     const size_t redone = std::min(a.cached, a.high_water) - std::min(from, a.high_water);
     a.recomputed += static_cast<int64_t>(redone);
-    const size_t fresh_prompt =
-        std::min(a.cached, a.prompt_size()) - std::min(std::max(from, a.high_water), a.prompt_size());
+    const size_t fresh_prompt = std::min(a.cached, a.prompt_size()) -
+                                std::min(std::max(from, a.high_water), a.prompt_size());
     a.high_water = std::max(a.high_water, a.cached);
     if (metrics_ != nullptr) {
       if (redone > 0) metrics_->add_recomputed_tokens(static_cast<int64_t>(redone));
@@ -339,9 +356,9 @@ void Scheduler::record_step(const Plan& plan) {
     // A resumed request already has the token this chunk's logits predict.
     if (a.prefilling() || (was_prefill && a.generated > 0)) continue;
     float logprob = 0;
-    std::span<const float> row(logits_.data() + i * static_cast<size_t>(
-                                                        runner_.model().config().vocab_size),
-                               runner_.model().config().vocab_size);
+    std::span<const float> row(
+        logits_.data() + i * static_cast<size_t>(runner_.model().config().vocab_size),
+        runner_.model().config().vocab_size);
     int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &logprob : nullptr);
     emit(a, token, logprob);
   }

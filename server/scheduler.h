@@ -2,7 +2,8 @@
 // scheduler thread touches it). Each iteration plans one step: every running request, oldest
 // admission first, gets its next prompt chunk (up to --prefill-chunk tokens in all) or one decode
 // token, and the cache reserves the pages that step may take (ModelRunner::reserve). When a
-// request's reservation fails, the most recently admitted running request is preempted: its
+// request's reservation fails, its prompt chunk shrinks to what fits; when nothing fits, the most
+// recently admitted running request is preempted: its
 // pages go back to the pool and it returns to the head of the queue with what it generated; on
 // readmission its prompt and output are recomputed through chunked prefill and it goes on, its
 // sampler untouched, so the client sees one unbroken stream. Waiting requests are admitted while
@@ -68,7 +69,8 @@ class Scheduler {
   void reap();
   void iterate();
   Plan plan_step();
-  bool reserve_or_preempt(Active& a, int n_tokens);
+  size_t reserve_step(Active& a, size_t n);
+  size_t largest_fit(const Active& a, size_t n) const;
   void preempt(Active& a);
   void record_step(const Plan& plan);
   void emit(Active& a, int32_t token, float logprob);
