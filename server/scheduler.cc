@@ -175,17 +175,29 @@ void Scheduler::loop() {
   done_.notify_all();
 }
 
-// Whether a waiting request's first step fits beside the running requests' next step, with the
+// Pages a request may still take before admission can count on them: under `none`, whose need
+// is exact, every page up to its last token; under the others, where eviction decides, its next
+// step's worst case.
+int64_t Scheduler::pages_ahead(const Active& a) const {
+  const cache::KvCache& cache = runner_.cache();
+  const GenerationParams& p = a.req->params;
+  if (p.policy.policy == cache::Policy::kNone) {
+    const int64_t keys = static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens - 1;
+    const int64_t held = a.seq >= 0 ? cache.sequence_stats(a.seq).pages : 0;
+    return std::max<int64_t>(0, pages_for_new(cache.shape(), keys) - held);
+  }
+  const auto next = static_cast<int>(a.next_tokens(options_.prefill_chunk));
+  return a.seq >= 0 ? cache.pages_needed(a.seq, next) : pages_for_new(cache.shape(), next);
+}
+
+// Whether a waiting request fits beside what the running ones may still take, with the
 // watermark left free for them to grow into. An empty batch takes the head of the queue
 // regardless: alone, the planner shrinks its chunks to the pool, or it fails.
 bool Scheduler::fits_beside_running(const Active& a) const {
   if (running_.empty()) return true;
+  int64_t need = pages_ahead(a);
+  for (const auto& r : running_) need += pages_ahead(*r);
   const cache::KvCache& cache = runner_.cache();
-  int64_t need =
-      pages_for_new(cache.shape(), static_cast<int64_t>(a.next_tokens(options_.prefill_chunk)));
-  for (const auto& r : running_) {
-    need += cache.pages_needed(r->seq, static_cast<int>(r->next_tokens(options_.prefill_chunk)));
-  }
   const auto watermark =
       static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total));
   return need + watermark <= cache.free_pages();

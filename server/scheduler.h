@@ -7,7 +7,8 @@
 // pages go back to the pool and it returns to the head of the queue with what it generated; on
 // readmission its prompt and output are recomputed through chunked prefill and it goes on, its
 // sampler untouched, so the client sees one unbroken stream. Waiting requests are admitted while
-// their first step fits beside the running ones' next step and a watermark of free pages.
+// what they may take fits beside what the running ones may (a `none` request's whole need, which
+// is exact; another's next step) and a watermark of free pages.
 //
 // Refusals: a full queue (RESOURCE_EXHAUSTED at submission); a request that cannot fit even alone
 // in the empty pool (RESOURCE_EXHAUSTED, at submission when that is known up front).
@@ -65,6 +66,7 @@ class Scheduler {
   Intake take_work();
   void loop();
   void admit();
+  int64_t pages_ahead(const Active& a) const;
   bool fits_beside_running(const Active& a) const;
   void reap();
   void iterate();

@@ -41,9 +41,10 @@ class Server:
         if not os.path.exists(SERVE_BIN):
             pytest.fail(f"{SERVE_BIN} is not built")
         self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
+        # A pool of 16384 pages unless the caller sizes it in bytes.
+        pool = [] if "--cache-bytes" in flags else ["--cache-pages", "16384"]
         cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
-               "--metrics-address", "127.0.0.1:0", "--threads", "1", "--cache-pages", "16384",
-               *flags]
+               "--metrics-address", "127.0.0.1:0", "--threads", "1", *pool, *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent)
         self.port, self.metrics_port = self._wait_for_ports()
