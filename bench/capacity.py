@@ -163,6 +163,8 @@ def main(argv=None):
                 if policy == "window":
                     held = [r["held_fraction"] for r in records
                             if r["policy"] == "fpa" and r["held_fraction"] is not None]
+                    if not held:
+                        continue  # no fpa request finished yet: no budget to match
                     budget = round(statistics.mean(held), 4)
                 rec = Phase(server, prompts, policy, budget if policy == "window" else None,
                             args).run()
@@ -175,7 +177,8 @@ def main(argv=None):
                       f"accuracy {rec['accuracy']:.2f}", flush=True)
     finally:
         server.stop()
-    rows = [total(records, p) for p in ("fpa", "none", "window")]
+    rows = [total(records, p) for p in ("fpa", "none", "window")
+            if any(r["policy"] == p for r in records)]
     print("| policy | budget | req/s | tok/s | peak resident seqs | peak decoding | preemptions "
           "| failed | accuracy |")
     print("|---|---|---|---|---|---|---|---|---|")
