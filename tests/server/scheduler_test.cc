@@ -1,6 +1,8 @@
 // The scheduler under memory pressure, over the real runner, CPU backend and paged cache:
 // preempted requests continue exactly where they stopped, requests too large for the pool are
 // refused instead of hanging, and a storm of preemptions and cancellations leaves no page behind.
+#include "server/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "server/engine/model_runner.h"
-#include "server/scheduler.h"
 
 namespace fpa::server {
 namespace {
@@ -132,17 +133,20 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
 };
 
-// Two full-cache requests that fit the pool one at a time but not together: the younger is
-// preempted each time the older grows into its pages, and recomputed (16-token chunks, as the
-// solo run prefills) when it fits again. Both are queued before the scheduler starts, so the
-// batches, and with them the float rounding, are the same on every run.
+// Two requests that keep every key and fit the pool one at a time but not together: the younger
+// is preempted each time the older grows into its pages, and recomputed (16-token chunks, as the
+// solo run prefills) when it fits again. They run under fpa with a tau no key reaches, so that
+// admission cannot foresee their need (under `none` it would, and keep the younger waiting).
+// Both are queued before the scheduler starts, so the batches, and with them the float
+// rounding, are the same on every run.
 TEST_F(SchedulerTest, PreemptedRequestsEqualTheirSoloRuns) {
   // 8 streams; alone the older needs 14 pages a stream and the younger 11, of 17.5.
   for (const float temperature : {0.0f, 0.9f}) {
     serve(140, {.prefill_chunk = 16});
     Job older, younger;
-    const GenerationParams a = params(prompt(20, 1), 200, cache::Policy::kNone, temperature, 7);
-    const GenerationParams b = params(prompt(20, 2), 150, cache::Policy::kNone, temperature, 8);
+    GenerationParams a = params(prompt(20, 1), 200, cache::Policy::kFpa, temperature, 7);
+    GenerationParams b = params(prompt(20, 2), 150, cache::Policy::kFpa, temperature, 8);
+    a.policy.tau = b.policy.tau = 1e6f;
     ASSERT_TRUE(submit(older, a).ok());
     ASSERT_TRUE(submit(younger, b).ok());
     scheduler_->start();
