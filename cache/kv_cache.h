@@ -112,6 +112,12 @@ class KvCache {
   virtual const CacheShape& shape() const = 0;
 
   virtual absl::StatusOr<SeqId> add_sequence(const PolicyConfig& policy) = 0;
+  // A new sequence in the state `seq` is in now (its live keys copied, densely packed, with
+  // their levels, minima and masses, its eviction order and last phi), so that either can go
+  // on alone. ResourceExhausted, nothing changed, when the unreserved pool cannot hold the copy.
+  virtual absl::StatusOr<SeqId> fork(SeqId seq) = 0;
+  // Pages a fork of `seq` would take.
+  virtual int64_t pages_to_fork(SeqId seq) const = 0;
   // Returns every page of the sequence to the pool at once. Unknown ids are ignored.
   virtual void release(SeqId seq) = 0;
   virtual const PolicyConfig& policy(SeqId seq) const = 0;

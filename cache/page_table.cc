@@ -201,6 +201,12 @@ void PageTable::release(StreamPages& stream, int64_t full_keys) {
   stream = StreamPages{};
 }
 
+absl::StatusOr<int32_t> PageTable::clone_slot(StreamPages& stream, int32_t from) {
+  absl::StatusOr<int32_t> to = take_slot(stream, 0, nullptr);
+  if (to.ok()) copy_slot(from, *to);
+  return to;
+}
+
 void PageTable::copy_slot(int32_t from, int32_t to) {
   const PageView a = view(from / slots_);
   const PageView b = view(to / slots_);

@@ -54,6 +54,9 @@ class PageTable {
   // nothing changed, when no page is free for it.
   absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta,
                                     int64_t* reservation);
+  // A copy of slot `from` (any stream's) in a free slot of `stream`, counted live. Pages come
+  // from the unreserved pool; ResourceExhausted, nothing changed, when there is none.
+  absl::StatusOr<int32_t> clone_slot(StreamPages& stream, int32_t from);
   // Writes a taken slot's contents (k, v only with host storage; acc = 0).
   void write_slot(int32_t gslot, int32_t pos, float lvl, float m, const float* k, const float* v);
   // Frees the slots (pos = -1); pages left without a live slot go back to the pool at once.

@@ -89,6 +89,43 @@ class PagedKvCache final : public KvCache {
     return id;
   }
 
+  int64_t pages_to_fork(SeqId id) const override {
+    std::shared_lock lock(mu_);
+    const Sequence* seq = find(id);
+    if (seq == nullptr) return 0;
+    int64_t pages = 0;
+    for (const Stream& stream : seq->streams) {
+      pages += (stream.pages.live + shape_.page_slots - 1) / shape_.page_slots;
+    }
+    return pages;
+  }
+
+  absl::StatusOr<SeqId> fork(SeqId id) override {
+    if (!contains(id)) return absl::NotFoundError(absl::StrCat("fork: unknown sequence ", id));
+    if (pages_to_fork(id) > free_pages()) {
+      return absl::ResourceExhaustedError(absl::StrCat("fork: sequence ", id, " needs ",
+                                                       pages_to_fork(id), " pages, ", free_pages(),
+                                                       " are free"));
+    }
+    absl::StatusOr<SeqId> copy = add_sequence(policy(id));
+    if (!copy.ok()) return copy.status();
+    absl::Status copied;
+    {
+      std::shared_lock lock(mu_);
+      const Sequence& from = *find(id);
+      Sequence& to = *sequences_.at(*copy);
+      for (size_t i = 0; i < from.streams.size() && copied.ok(); ++i) {
+        copied = copy_stream(from.streams[i], to, to.streams[i]);
+      }
+      to.length = from.length.load();
+    }
+    if (!copied.ok()) {  // another thread took pages meanwhile: nothing of the copy stays
+      release(*copy);
+      return copied;
+    }
+    return *copy;
+  }
+
   void release(SeqId id) override {
     std::unique_ptr<Sequence> seq;
     {
@@ -262,6 +299,28 @@ class PagedKvCache final : public KvCache {
   }
 
  private:
+  // Re-inserts a stream's live keys into an empty one (the rule orders them as new keys; each
+  // is alive by its own minimum, so the next eviction call judges them as the source's order
+  // would) and carries its position, horizon and last phi.
+  absl::Status copy_stream(const Stream& from, Sequence& seq, Stream& to) {
+    SequenceAccount account(seq, to);
+    const int32_t slots = shape_.page_slots;
+    for (int32_t page : from.pages.pages) {
+      const PageView v = table_->view(page);
+      for (int32_t s = 0; s < slots; ++s) {
+        if (v.pos[s] < 0) continue;
+        absl::StatusOr<int32_t> gslot = table_->clone_slot(to.pages, page * slots + s);
+        if (!gslot.ok()) return gslot.status();
+        seq.rule->track(*table_, to, *gslot);
+      }
+    }
+    to.last_pos = from.last_pos;
+    to.horizon = from.horizon;
+    to.last_phi = from.last_phi;
+    table_->ledger().apply({.full_keys = int64_t{from.last_pos} + 1});
+    return absl::OkStatus();
+  }
+
   int64_t pages_needed(const Sequence* seq, int n_tokens) const {
     if (seq == nullptr || n_tokens <= 0) return 0;
     const int64_t slots = shape_.page_slots;
@@ -313,12 +372,11 @@ absl::Status validate_shape(const CacheShape& shape, int64_t num_pages, bool hos
         " head_dim=", shape.head_dim, " page_slots=", shape.page_slots));
   }
   // TODO(cpu-bf16): host pages hold float32 keys and values only.
-  const bool dtype_ok =
-      shape.kv_bytes == 4 || (!host_storage && shape.kv_bytes == 2);
+  const bool dtype_ok = shape.kv_bytes == 4 || (!host_storage && shape.kv_bytes == 2);
   if (!dtype_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache kv_bytes must be 4", host_storage ? "" : " or 2",
-                     " with this storage, got ", shape.kv_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("cache kv_bytes must be 4",
+                                                   host_storage ? "" : " or 2",
+                                                   " with this storage, got ", shape.kv_bytes));
   }
   constexpr int64_t kMaxSlots = int64_t{1} << 31;
   if (num_pages < 1 || num_pages * shape.page_slots >= kMaxSlots) {

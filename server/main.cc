@@ -84,7 +84,7 @@ int serve(const ServeOptions& o) {
 
   Scheduler scheduler(runner,
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
-                       o.cache_pages ? "--cache-pages" : "--cache-bytes"},
+                       o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
                       &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());

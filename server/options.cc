@@ -79,6 +79,14 @@ const std::vector<Flag>& flags() {
          o.cache_watermark = x;
          return true;
        }},
+      {"prefix-cache", "F",
+       "share of the KV pool cached prompt prefixes may hold; 0 turns the prefix cache off [0]",
+       [](ServeOptions& o, absl::string_view v) {
+         double x;
+         if (!absl::SimpleAtod(v, &x) || !(x >= 0 && x <= 1)) return false;
+         o.prefix_cache = x;
+         return true;
+       }},
       {"tau", "X", "default FPA eviction threshold in logit units [the model's tau]",
        [](ServeOptions& o, absl::string_view v) {
          float x;

@@ -23,6 +23,7 @@ struct ServeOptions {
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
   double cache_watermark = 0.01;  // share of the pool admission leaves free
+  double prefix_cache = 0.0;      // share of the pool cached prefixes may hold; 0 = off
   std::optional<float> tau;  // the model's tau when absent
   int threads = 0;           // 0 = every core
   double drain_seconds = 30;

@@ -36,6 +36,7 @@ void fill_usage(const Usage& u, v1::Usage* out) {
   out->set_cache_bytes_held(u.cache_bytes_held);
   out->set_preemptions(u.preemptions);
   out->set_recomputed_tokens(u.recomputed_tokens);
+  out->set_cached_tokens(u.cached_tokens);
   out->set_cache_bytes_full(u.cache_bytes_full);
 }
 

@@ -45,6 +45,7 @@ struct Usage {
   int64_t cache_bytes_full = 0;
   int32_t preemptions = 0;        // times the scheduler preempted the request
   int64_t recomputed_tokens = 0;  // tokens prefilled again after preemptions
+  int64_t cached_tokens = 0;      // prompt tokens the prefix cache held: not prefilled
 };
 
 struct Completion {

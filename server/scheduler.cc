@@ -50,8 +50,9 @@ struct Scheduler::Active {
   int generated = 0;
   int preemptions = 0;
   int64_t recomputed = 0;
-  bool preempted = false;  // released this iteration, goes back to the queue
-  Sampler sampler;         // survives preemption, so sampling continues where it stopped
+  int64_t cached_prompt = 0;  // prompt tokens the prefix cache held when it started
+  bool preempted = false;     // released this iteration, goes back to the queue
+  Sampler sampler;            // survives preemption, so sampling continues where it stopped
   Utf8Decoder text;
   Clock::time_point last_token;
   FinishReason reason = FinishReason::kNone;
@@ -64,7 +65,13 @@ struct Scheduler::Plan {
 };
 
 Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetrics* metrics)
-    : runner_(runner), options_(std::move(options)), metrics_(metrics) {}
+    : runner_(runner), options_(std::move(options)), metrics_(metrics) {
+  if (options_.prefix_cache_share > 0) {
+    const auto pages = static_cast<int64_t>(
+        options_.prefix_cache_share * static_cast<double>(runner_.cache().stats().pages_total));
+    prefix_ = std::make_unique<cache::PrefixCache>(runner_.cache(), pages);
+  }
+}
 
 Scheduler::~Scheduler() {
   if (thread_.joinable()) drain(std::chrono::seconds(0));
@@ -170,6 +177,7 @@ void Scheduler::loop() {
   }
   n_running_ = 0;
   if (metrics_ != nullptr) metrics_->set_queue(0, 0);
+  if (prefix_) prefix_->flush();
   std::lock_guard lock(mu_);
   exited_ = true;
   done_.notify_all();
@@ -200,7 +208,8 @@ bool Scheduler::fits_beside_running(const Active& a) const {
   const cache::KvCache& cache = runner_.cache();
   const auto watermark =
       static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total));
-  return need + watermark <= cache.free_pages();
+  const int64_t reclaimable = prefix_ ? prefix_->stats().pages : 0;
+  return need + watermark <= cache.free_pages() + reclaimable;
 }
 
 void Scheduler::admit() {
@@ -216,7 +225,7 @@ void Scheduler::admit() {
       waiting_.pop_front();
       n_waiting_ = static_cast<int>(waiting_.size());
     }
-    absl::StatusOr<cache::SeqId> seq = runner_.start(a->req->params.policy);
+    absl::StatusOr<cache::SeqId> seq = start_sequence(*a);
     if (!seq.ok()) {
       complete(*a, seq.status());
       continue;
@@ -225,6 +234,31 @@ void Scheduler::admit() {
     running_.push_back(std::move(a));
   }
   n_running_ = static_cast<int>(running_.size());
+}
+
+// A sequence from the longest cached prefix of what the request must prefill (strictly shorter
+// than a fresh prompt, whose last token's logits are needed), else an empty one.
+absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
+  if (prefix_) {
+    const size_t limit = a.generated == 0 ? a.prompt_size() - 1 : a.target();
+    const auto tokens = std::span<const int32_t>(a.context).first(limit);
+    if (std::optional<cache::PrefixCache::Hit> hit = prefix_->take(tokens, a.req->params.policy)) {
+      a.cached = static_cast<size_t>(hit->tokens);
+      a.high_water = std::max(a.high_water, a.cached);
+      if (a.generated == 0) a.cached_prompt = hit->tokens;
+      return hit->seq;
+    }
+  }
+  return runner_.start(a.req->params.policy);
+}
+
+// Offers what the request's sequence holds now (its prompt, or at its end prompt and output but
+// the last token) to the prefix cache.
+void Scheduler::offer_prefix(const Active& a) {
+  if (prefix_ && a.seq >= 0 && a.cached > 0) {
+    prefix_->offer(a.seq, std::span<const int32_t>(a.context).first(a.cached),
+                   a.req->params.policy);
+  }
 }
 
 // Cancelled and expired requests leave before the step, so their pages are free for it.
@@ -292,6 +326,7 @@ Scheduler::Plan Scheduler::plan_step() {
 size_t Scheduler::reserve_step(Active& a, size_t n) {
   for (;;) {
     if (runner_.reserve(a.seq, static_cast<int>(n))) return n;
+    if (prefix_ && prefix_->reclaim_one()) continue;  // cached prefixes go first
     if (const size_t fit = largest_fit(a, n);
         fit > 0 && runner_.reserve(a.seq, static_cast<int>(fit))) {
       return fit;
@@ -365,6 +400,7 @@ void Scheduler::record_step(const Plan& plan) {
       if (redone > 0) metrics_->add_recomputed_tokens(static_cast<int64_t>(redone));
       if (fresh_prompt > 0) metrics_->add_prompt_tokens(static_cast<int64_t>(fresh_prompt));
     }
+    if (was_prefill && !a.prefilling() && a.generated == 0) offer_prefix(a);
     // A resumed request already has the token this chunk's logits predict.
     if (a.prefilling() || (was_prefill && a.generated > 0)) continue;
     float logprob = 0;
@@ -419,6 +455,8 @@ void Scheduler::complete(Active& a, absl::Status status) {
   c.usage.generated_tokens = a.generated;
   c.usage.preemptions = a.preemptions;
   c.usage.recomputed_tokens = a.recomputed;
+  c.usage.cached_tokens = a.cached_prompt;
+  if (c.status.ok()) offer_prefix(a);
   if (a.seq >= 0) {
     cache::SequenceStats s = runner_.cache().sequence_stats(a.seq);
     cache::CacheStats all = runner_.cache().stats();

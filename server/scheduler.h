@@ -12,6 +12,11 @@
 //
 // Refusals: a full queue (RESOURCE_EXHAUSTED at submission); a request that cannot fit even alone
 // in the empty pool (RESOURCE_EXHAUSTED, at submission when that is known up front).
+//
+// With the prefix cache on, a request starts from the longest cached prefix of its prompt (or,
+// resumed after a preemption, of its prompt and output), its prompt's state and its final state
+// are offered to the cache, and cached prefixes are reclaimed before anything running is
+// preempted.
 #pragma once
 
 #include <atomic>
@@ -26,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cache/prefix_cache.h"
 #include "server/engine/model_runner.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -39,6 +45,8 @@ struct SchedulerOptions {
   // Share of the pool admission leaves free, so running requests can grow before preempting.
   double watermark = 0.01;
   std::string pool_flag = "--cache-bytes";  // the flag that sized the pool, for error messages
+  // Share of the pool cached prefixes may hold (cache/prefix_cache.h); 0 turns them off.
+  double prefix_cache_share = 0.0;
 };
 
 class Scheduler {
@@ -57,6 +65,8 @@ class Scheduler {
 
   int running() const { return n_running_.load(); }
   int waiting() const { return n_waiting_.load(); }
+  // Null when the prefix cache is off; its stats() may be read from any thread.
+  const cache::PrefixCache* prefix_cache() const { return prefix_.get(); }
 
  private:
   struct Active;
@@ -66,6 +76,8 @@ class Scheduler {
   Intake take_work();
   void loop();
   void admit();
+  absl::StatusOr<cache::SeqId> start_sequence(Active& a);
+  void offer_prefix(const Active& a);
   int64_t pages_ahead(const Active& a) const;
   bool fits_beside_running(const Active& a) const;
   void reap();
@@ -95,6 +107,7 @@ class Scheduler {
 
   std::vector<std::unique_ptr<Active>> running_;  // scheduler thread only, admission order
   std::vector<float> logits_;
+  std::unique_ptr<cache::PrefixCache> prefix_;
   std::atomic<int> n_running_{0};
   std::atomic<int> n_waiting_{0};
   std::thread thread_;

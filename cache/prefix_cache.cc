@@ -1,0 +1,157 @@
+#include "cache/prefix_cache.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+
+namespace fpa::cache {
+namespace {
+
+// Every field that changes what a sequence keeps, floats by their bits: equal keys, equal
+// states for equal prefixes.
+std::string policy_key(const PolicyConfig& p) {
+  return absl::StrCat(std::string(policy_name(p.policy)), "|", std::bit_cast<uint32_t>(p.tau), "|",
+                      std::bit_cast<uint32_t>(p.budget_fraction), "|", p.min_budget, "|",
+                      p.sink_tokens, "|", std::bit_cast<uint32_t>(p.h2o_recent_share));
+}
+
+}  // namespace
+
+struct PrefixCache::Node {
+  std::vector<int32_t> edge;                          // tokens from the parent to here
+  std::map<int32_t, std::unique_ptr<Node>> children;  // by the first token of their edge
+  Node* parent = nullptr;
+  int64_t depth = 0;  // tokens from the root through this node
+  SeqId snapshot = -1;
+  int64_t pages = 0;
+  uint64_t used = 0;  // its key in lru_
+};
+
+PrefixCache::PrefixCache(KvCache& cache, int64_t max_pages)
+    : cache_(cache), max_pages_(max_pages) {}
+
+PrefixCache::~PrefixCache() { flush(); }
+
+PrefixCache::Node* PrefixCache::root(const PolicyConfig& policy) {
+  std::unique_ptr<Node>& r = roots_[policy_key(policy)];
+  if (!r) r = std::make_unique<Node>();
+  return r.get();
+}
+
+std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
+                                                  const PolicyConfig& policy) {
+  queried_ += static_cast<int64_t>(tokens.size());
+  Node* best = nullptr;
+  for (Node* n = root(policy); n != nullptr;) {
+    if (n->snapshot >= 0) best = n;
+    if (n->depth >= static_cast<int64_t>(tokens.size())) break;
+    auto it = n->children.find(tokens[static_cast<size_t>(n->depth)]);
+    if (it == n->children.end()) break;
+    Node* child = it->second.get();
+    const auto rest = tokens.subspan(static_cast<size_t>(n->depth));
+    if (rest.size() < child->edge.size() ||
+        !std::equal(child->edge.begin(), child->edge.end(), rest.begin())) {
+      break;
+    }
+    n = child;
+  }
+  if (best == nullptr) return std::nullopt;
+  absl::StatusOr<SeqId> seq = cache_.fork(best->snapshot);
+  if (!seq.ok()) return std::nullopt;  // no room for the copy now: prefill instead
+  lru_.erase(best->used);
+  best->used = ++clock_;
+  lru_[best->used] = best;
+  hits_ += best->depth;
+  return Hit{*seq, best->depth};
+}
+
+void PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
+  if (tokens.empty() || max_pages_ <= 0) return;
+  Node* n = root(policy);
+  size_t at = 0;
+  while (at < tokens.size()) {
+    std::unique_ptr<Node>& slot = n->children[tokens[at]];
+    if (!slot) {  // a new leaf for the rest
+      slot = std::make_unique<Node>();
+      slot->edge.assign(tokens.begin() + static_cast<long>(at), tokens.end());
+      slot->parent = n;
+      slot->depth = static_cast<int64_t>(tokens.size());
+      n = slot.get();
+      break;
+    }
+    const auto rest = tokens.subspan(at);
+    const size_t common = static_cast<size_t>(
+        std::mismatch(slot->edge.begin(), slot->edge.end(), rest.begin(), rest.end()).first -
+        slot->edge.begin());
+    if (common < slot->edge.size()) {  // split the edge where the tokens leave it
+      auto mid = std::make_unique<Node>();
+      mid->edge.assign(slot->edge.begin(), slot->edge.begin() + static_cast<long>(common));
+      mid->parent = n;
+      mid->depth = n->depth + static_cast<int64_t>(common);
+      slot->edge.erase(slot->edge.begin(), slot->edge.begin() + static_cast<long>(common));
+      slot->parent = mid.get();
+      const int32_t first = slot->edge.front();
+      mid->children[first] = std::move(slot);
+      slot = std::move(mid);
+    }
+    n = slot.get();
+    at += common;
+  }
+  if (n->snapshot >= 0) {  // cached already: it is in use again
+    lru_.erase(n->used);
+    n->used = ++clock_;
+    lru_[n->used] = n;
+    return;
+  }
+  const int64_t need = cache_.pages_to_fork(seq);
+  while (pages_ + need > max_pages_ && reclaim_one()) {
+  }
+  absl::StatusOr<SeqId> snapshot =
+      pages_ + need <= max_pages_ ? cache_.fork(seq) : absl::ResourceExhaustedError("share");
+  if (!snapshot.ok()) {  // skipped: leave no empty branch behind
+    drop(n);
+    return;
+  }
+  n->snapshot = *snapshot;
+  n->pages = need;
+  n->used = ++clock_;
+  lru_[n->used] = n;
+  pages_ += need;
+  ++snapshots_;
+}
+
+bool PrefixCache::reclaim_one() {
+  if (lru_.empty()) return false;
+  drop(lru_.begin()->second);
+  ++evictions_;
+  return true;
+}
+
+// Releases the node's snapshot, then prunes the branches left with nothing to serve.
+void PrefixCache::drop(Node* node) {
+  if (node->snapshot >= 0) {
+    cache_.release(node->snapshot);
+    lru_.erase(node->used);
+    node->snapshot = -1;
+    pages_ -= node->pages;
+    node->pages = 0;
+    --snapshots_;
+  }
+  while (node->parent != nullptr && node->snapshot < 0 && node->children.empty()) {
+    Node* parent = node->parent;
+    parent->children.erase(node->edge.front());
+    node = parent;
+  }
+}
+
+void PrefixCache::flush() {
+  while (!lru_.empty()) drop(lru_.begin()->second);
+  roots_.clear();
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  return {snapshots_.load(), pages_.load(), queried_.load(), hits_.load(), evictions_.load()};
+}
+
+}  // namespace fpa::cache

@@ -1,0 +1,76 @@
+// The compressed prefix cache: the state of a sequence after a token prefix, kept for the next
+// request that starts with it (a conversation's next turn, a shared system prompt). The state of
+// an FPA sequence after a prefix is fully determined by the prefix and small: its live keys with
+// their levels and minima, and each stream's last field value. A snapshot is a fork of the
+// sequence (KvCache::fork) that never runs; a hit forks it again into the new request's sequence.
+// Copying rather than sharing pages: a key's running minimum m (and h2o's mass) keeps changing in
+// every sequence that goes on from the prefix, so shared pages would need copy-on-write of m on
+// every step; a copy costs one pass over the live keys, which FPA keeps few. With copies no
+// snapshot is ever in use, so reference counts are not needed: eviction is least recently used.
+//
+// Snapshots are indexed by a radix tree over token ids (as SGLang's RadixAttention), one tree
+// per policy configuration, so a prefix cached under one policy or tau never serves another.
+// Not thread-safe: the scheduler thread owns it; stats() may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+
+namespace fpa::cache {
+
+struct PrefixCacheStats {
+  int64_t snapshots = 0;
+  int64_t pages = 0;
+  int64_t queried_tokens = 0;  // prompt tokens looked up
+  int64_t hit_tokens = 0;      // of those, found cached
+  int64_t evictions = 0;       // snapshots dropped for room
+};
+
+class PrefixCache {
+ public:
+  // Snapshots may hold at most max_pages pages of the pool.
+  PrefixCache(KvCache& cache, int64_t max_pages);
+  ~PrefixCache();  // flushes
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  struct Hit {
+    SeqId seq = -1;      // a new sequence in the cached state
+    int64_t tokens = 0;  // the prefix it holds
+  };
+  // The longest cached prefix of `tokens` under `policy`: a new sequence forked from it. A miss
+  // (or a hit that cannot be copied now) is nullopt; `tokens` counts as queried either way.
+  std::optional<Hit> take(std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // Offers the state of `seq`, which holds exactly `tokens`, to the cache: copied unless that
+  // prefix is cached already, after dropping least recently used snapshots to stay within the
+  // share; skipped when it cannot fit.
+  void offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // Drops the least recently used snapshot; false when there is none. The planner calls it
+  // before it preempts a running request: cached prefixes are reclaimable memory.
+  bool reclaim_one();
+  void flush();  // drops every snapshot
+
+  PrefixCacheStats stats() const;
+
+ private:
+  struct Node;
+  Node* root(const PolicyConfig& policy);
+  void drop(Node* node);
+
+  KvCache& cache_;
+  const int64_t max_pages_;
+  std::map<std::string, std::unique_ptr<Node>> roots_;  // by policy configuration
+  std::map<uint64_t, Node*> lru_;                       // last use -> node with a snapshot
+  uint64_t clock_ = 0;
+  std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0};
+};
+
+}  // namespace fpa::cache
