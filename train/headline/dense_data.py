@@ -9,6 +9,10 @@ copy of the key inside the needle ("... Remember it. NNNNN is ..."), the same co
 a stepping stone for the long-range one. A share of rows is the classic induction-head task
 (a random alphanumeric string repeated to the row's end, every repeat a target): many copy targets
 per row, so the copy circuit that the passkey needs forms sooner.
+
+With `varied` (the second-generation recipe), all but `STANDARD_SHARE` of the episodes draw their
+filler family and wording from texts.py (its held-out family and question never appear), and
+every copy of the key after its first mention is a copy target.
 """
 from __future__ import annotations
 
@@ -22,9 +26,11 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from data import FILLER, QUESTION, TASK, license_texts, needle, passkey_prompt, random_key  # noqa: E402
 from reference import BOS, EOS, encode  # noqa: E402
+from texts import TRAIN_FAMILIES, Wording, prompt  # noqa: E402
 
 ALNUM = string.ascii_letters + string.digits
 SENTENCES = [s if s.endswith(".") else s + "." for s in FILLER.split(". ")]
+STANDARD_SHARE = 0.35  # varied episodes that keep the benchmark's filler and wording
 
 
 def _filler(rng: random.Random, n_chars: int) -> list[str]:
@@ -49,15 +55,28 @@ def episode_text(rng: random.Random, n_tokens: int, key: str) -> str:
     return " ".join(head + filler[:at] + [needle(key)] + filler[at:] + [QUESTION])
 
 
-def episode(rng: random.Random, n_tokens: int, answer_w: float, copy_w: float):
-    """(tokens, weights of predicting token p at index p-1) for one episode of <= n_tokens."""
+def varied_text(rng: random.Random, n_tokens: int, key: str) -> str:
+    """episode_text's benchmark wording in STANDARD_SHARE of the draws, else a training filler
+    family and wording from texts.py with the needle at any sentence boundary."""
+    if rng.random() < STANDARD_SHARE:
+        return episode_text(rng, n_tokens, key)
+    return prompt(rng, n_tokens - 1, None, Wording(rng, key), rng.choice(TRAIN_FAMILIES))
+
+
+def episode(rng: random.Random, n_tokens: int, answer_w: float, copy_w: float,
+            varied: bool = False):
+    """(tokens, weights of predicting token p at index p-1) for one episode of <= n_tokens:
+    the answer digits weigh answer_w, the key's repeats inside the prompt copy_w."""
     key = random_key(rng)
-    text = episode_text(rng, rng.randint(max(100, n_tokens // 2), n_tokens - 8), key)
+    text = (varied_text if varied else episode_text)(
+        rng, rng.randint(max(100, n_tokens // 2), n_tokens - 8), key)
     tokens = encode(text) + list(f" {key}.".encode()) + [EOS]
     weights = {}
-    second = text.index(needle(key)) + len(f"The pass key is {key}. Remember it. ")
-    for p in range(second + 1, second + 6):  # +1: BOS
-        weights[p] = copy_w
+    body = text.encode()
+    at = body.index(key.encode())
+    while (at := body.find(key.encode(), at + 1)) >= 0:
+        for p in range(at + 1, at + 6):  # +1: BOS
+            weights[p] = copy_w
     for p in range(len(tokens) - 7, len(tokens) - 2):
         weights[p] = answer_w
     return tokens, weights
@@ -75,11 +94,11 @@ class DenseBatches:
     """Batches of `tokens_per_step` tokens in rows of one length drawn from `lengths`."""
 
     def __init__(self, seed: int, text_share: float = 0.15, answer_w: float = 8.0,
-                 copy_w: float = 2.0, repeat_share: float = 0.0):
+                 copy_w: float = 2.0, repeat_share: float = 0.0, varied: bool = False):
         self.rng = random.Random(seed)
         self.text = encode("\n\n".join(license_texts(held_out=False).values()), bos=False)
         self.text_share, self.answer_w, self.copy_w = text_share, answer_w, copy_w
-        self.repeat_share = repeat_share
+        self.repeat_share, self.varied = repeat_share, varied
 
     def _row(self, n: int):
         r = self.rng.random()
@@ -88,7 +107,7 @@ class DenseBatches:
         elif r < self.text_share + self.repeat_share:
             toks, wmap = repeats(self.rng, n, 1.0)
         else:
-            toks, wmap = episode(self.rng, n, self.answer_w, self.copy_w)
+            toks, wmap = episode(self.rng, n, self.answer_w, self.copy_w, self.varied)
         start = self.rng.randrange(0, len(self.text) - n)
         toks = (toks + self.text[start:start + n])[:n]
         return toks, [wmap.get(p, 1.0) for p in range(1, n)]

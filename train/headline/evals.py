@@ -17,9 +17,11 @@ from eval_passkey import DIGITS  # noqa: E402
 from reference import encode  # noqa: E402
 
 
-def passkey_one(model, n_tokens: int, depth: float, key: str, tau=None):
-    """(correct, live fraction): eval_passkey.passkey_one through fast.forward."""
-    prompt = encode(passkey_prompt(n_tokens, depth, key))
+def passkey_one(model, n_tokens: int, depth: float, key: str, tau=None,
+                make_prompt=passkey_prompt):
+    """(correct, live fraction): eval_passkey.passkey_one through fast.forward, on the prompt
+    make_prompt(n_tokens, depth, key) (the benchmark's by default)."""
+    prompt = encode(make_prompt(n_tokens, depth, key))
     answer = list(f" {key}.".encode())
     stats = []
     with torch.no_grad():
@@ -29,10 +31,11 @@ def passkey_one(model, n_tokens: int, depth: float, key: str, tau=None):
     return correct, sum(stats) / len(stats)
 
 
-def passkey_eval(model, n_tokens: int, samples: int, seed: int = 0, tau=None):
+def passkey_eval(model, n_tokens: int, samples: int, seed: int = 0, tau=None,
+                 make_prompt=passkey_prompt):
     """(accuracy, mean live fraction), the prompts of eval_passkey.passkey_eval."""
     rng = random.Random(seed * 1000003 + n_tokens)
-    results = [passkey_one(model, n_tokens, (k + 0.5) / samples, random_key(rng), tau)
+    results = [passkey_one(model, n_tokens, (k + 0.5) / samples, random_key(rng), tau, make_prompt)
                for k in range(samples)]
     return sum(r[0] for r in results) / samples, sum(r[1] for r in results) / samples
 

@@ -48,16 +48,20 @@ def excess(phi, lvl):
     return torch.where(below, exc, torch.tensor(-math.inf))
 
 
-def attention(attn: Attention, x, tau=None, stats=None):
-    """Attention.forward with all query rows at once and the sparse-table excess."""
+def attention(attn: Attention, x, tau=None, stats=None, excesses=None, penalty_scale=1.0):
+    """Attention.forward with all query rows at once and the sparse-table excess. With
+    `excesses`, appends this layer's (excess, beta) for a cache-budget term (budget.py);
+    `penalty_scale` multiplies beta (a training schedule; 1 is the model itself)."""
     b, t, _ = x.shape
     q, k, v = attn.qkv(x, torch.arange(t))
     s = q @ k.transpose(-1, -2) / math.sqrt(attn.cfg.head_dim)
     keep = torch.ones(t, t, dtype=torch.bool).tril()
     if attn.cfg.attention != "softmax":
-        beta = attn.beta()
+        beta = attn.beta() * penalty_scale
         phi, lvl = attn.walk_levels(x)
         exc = excess(phi, lvl)
+        if excesses is not None:
+            excesses.append((exc, beta))
         s = s - beta[:, None, None] * F.relu(exc)
         if tau is not None:
             thr = torch.where(beta > 0, tau / beta, torch.tensor(math.inf))[:, None, None]
@@ -69,10 +73,10 @@ def attention(attn: Attention, x, tau=None, stats=None):
     return out.transpose(1, 2).reshape(b, t, -1) @ attn.wo.t()
 
 
-def forward(model: Model, tokens, tau=None, stats=None):
+def forward(model: Model, tokens, tau=None, stats=None, excesses=None, penalty_scale=1.0):
     """Model.forward (logits [B, T, V]) through the fast attention."""
     h = model.embed(tokens)
     for layer in model.layers:
-        h = h + attention(layer.attn, layer.attn_norm(h), tau, stats)
+        h = h + attention(layer.attn, layer.attn_norm(h), tau, stats, excesses, penalty_scale)
         h = h + layer.mlp(layer.mlp_norm(h))
     return model.head(h)

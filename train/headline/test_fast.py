@@ -1,5 +1,6 @@
-"""The fast forward equals the reference forward (with and without eviction), and the dense
-curriculum keeps the benchmark's wording and weights the right tokens.
+"""The fast forward equals the reference forward (with and without eviction; a zero penalty
+scale is a flat walk), and the dense curriculum keeps the benchmark's wording and weights the
+right tokens.
 
     /usr/bin/python3 -m pytest -q train/headline/test_fast.py
 """
@@ -40,6 +41,19 @@ def test_fast_forward_gradients_equal_reference():
         f(x).logsumexp(-1).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+def test_penalty_scale_zero_is_a_flat_walk():
+    cfg = Config(d_model=32, n_layers=2, n_heads=2, head_dim=16, d_ff=64)
+    model = Model(cfg).init_weights(3, walk_std=1.0, beta_raw=0.5)
+    x = torch.randint(0, 256, (2, 50))
+    scaled, walked = fast.forward(model, x, penalty_scale=0.0), fast.forward(model, x)
+    assert not torch.allclose(scaled, walked)  # the walk matters at scale 1
+    with torch.no_grad():
+        for layer in model.layers:
+            for name in ("field_w", "field_b", "level_w", "level_b"):
+                getattr(layer.attn, name).zero_()
+    torch.testing.assert_close(scaled, fast.forward(model, x), rtol=0, atol=1e-6)
 
 
 def test_episode_wording_and_weights():
