@@ -143,6 +143,10 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
   // Starts the next write (or the finish) when none is in flight. Called with mu_ held; releases
   // it before calling into gRPC.
   void pump(std::unique_lock<std::mutex>& lock) {
+    if (broken_) {
+      // Tokens nobody can receive are dropped, but never the last message: it finishes the call.
+      while (!queue_.empty() && !queue_.front().last) queue_.pop_front();
+    }
     if (queue_.empty()) return;
     Outgoing o = std::move(queue_.front());
     queue_.pop_front();
@@ -155,7 +159,12 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
     }
     writing_ = true;  // stays set after the last message: nothing follows it
     if (o.last) {
-      bool with_message = o.status.ok() && !broken_;
+      if (broken_ && o.status.ok()) {
+        // The generation ended but its answer never reached the client.
+        o.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading");
+        o.code = static_cast<int>(grpc::StatusCode::CANCELLED);
+      }
+      bool with_message = o.status.ok();
       current_ = std::move(o.msg);
       lock.unlock();
       service_.metrics().count_request(o.code);
@@ -164,10 +173,6 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
       } else {
         Finish(o.status);
       }
-      return;
-    }
-    if (broken_) {
-      writing_ = false;  // drop tokens nobody can receive; wait for the last message
       return;
     }
     current_ = std::move(o.msg);
