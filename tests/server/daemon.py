@@ -43,6 +43,14 @@ def _start_child(nofile: int | None):
     return start
 
 
+def wait_for(predicate, timeout=10.0):
+    """Polls `predicate` until it holds; fails the test after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
 class Server:
     """A running fpa-serve with a client, its address and its /metrics URL."""
 

@@ -1,21 +1,13 @@
 """Every RPC ends with a status that /metrics counts, whatever the client does: stalled and
 vanished stream readers, undecodable requests. SIGTERM then exits within --drain-seconds."""
 import signal
-import time
 
 import grpc
 
-from conftest import LONG, fpa_client
+from conftest import LONG, fpa_client, wait_for
 
 pb = fpa_client.pb
 pb_grpc = fpa_client.pb_grpc
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def requests_total(server) -> float:
@@ -34,12 +26,13 @@ def test_stalled_stream_cancelled_after_generation_is_finished_and_counted(make_
     s = make_server("--drain-seconds", "5")
     channel, stub = stalled_stub(s.address)
     before = requests_total(s)
+    generated = s.metrics().get("fpa_generated_tokens_total", 0)
     calls = [stub.GenerateStream(fpa_client.make_request(f"stall {i}", max_new_tokens=2048,
                                                          logprobs=True, ignore_eos=True))
              for i in range(4)]
     # Nothing is read: the generations end while their writes wait for the window.
-    wait_for(lambda: s.client.cache_stats().requests_running == 0 and
-             s.client.cache_stats().requests_waiting == 0, timeout=120)
+    wait_for(lambda: s.metrics()["fpa_generated_tokens_total"] == generated + 4 * 2048,
+             timeout=120)
     wait_for(lambda: s.client.cache_stats().pages_in_use == 0)
     for c in calls:
         c.cancel()
