@@ -162,7 +162,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
         o.code = static_cast<int>(grpc::StatusCode::CANCELLED);
       }
       bool with_message = o.status.ok();
-      encode(o.msg, &current_);
+      if (with_message) encode(o.msg, &current_);
       lock.unlock();
       service_.metrics().count_request(o.code);
       if (with_message) {
