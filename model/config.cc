@@ -1,5 +1,8 @@
 #include "model/config.h"
 
+#include <climits>
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
@@ -10,29 +13,36 @@ namespace {
 
 using nlohmann::json;
 
+// Bounds that keep every index of a weight matrix, and A = n_heads * head_dim, well inside int.
+constexpr int64_t kMaxAttentionWidth = 1 << 16;
+constexpr int64_t kMaxTensorElements = int64_t{1} << 30;
+
 // Typed field readers: an absent (or null) field keeps the default, a wrong type is an error
 // naming the file and the key (nlohmann's own accessors would throw instead).
 class Fields {
  public:
   Fields(const json& j, const std::string& path) : j_(j), path_(path) {}
 
-  absl::Status integer(const char* key, int* out, int min_value) const {
+  absl::Status integer(const char* key, int* out, int min_value, int max_value) const {
     if (const json* v = find(key)) {
-      if (!v->is_number_integer() || v->get<int64_t>() < min_value ||
-          v->get<int64_t>() > (1 << 24)) {
-        return error(key, absl::StrCat("must be an integer >= ", min_value));
+      if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT_MAX) ||
+          v->get<int64_t>() < min_value || v->get<int64_t>() > max_value) {
+        return error(key, absl::StrCat("must be an integer in [", min_value, ", ", max_value, "]"));
       }
       *out = v->get<int>();
     }
     return absl::OkStatus();
   }
-  absl::Status required_positive(const char* key, int* out) const {
+  absl::Status required_dim(const char* key, int* out, int max_value) const {
     if (find(key) == nullptr) return error(key, "is missing");
-    return integer(key, out, 1);
+    return integer(key, out, 1, max_value);
   }
-  absl::Status number(const char* key, float* out) const {
+  // A finite float in [min_value, max_value] (read as a double first: 1e300 is no float).
+  absl::Status number(const char* key, float* out, double min_value, double max_value) const {
     if (const json* v = find(key)) {
-      if (!v->is_number()) return error(key, "must be a number");
+      if (!v->is_number() || !(v->get<double>() >= min_value && v->get<double>() <= max_value)) {
+        return error(key, absl::StrCat("must be a number in [", min_value, ", ", max_value, "]"));
+      }
       *out = v->get<float>();
     }
     return absl::OkStatus();
@@ -95,9 +105,9 @@ absl::Status read_tokenizer(const json& j, const std::string& path, ModelConfig*
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": 'tokenizer' must be {\"type\": \"byte\", ...}"));
   }
-  FPA_RETURN_IF_ERROR(t.integer("bos_id", &c->bos_id, 0));
-  FPA_RETURN_IF_ERROR(t.integer("eos_id", &c->eos_id, 0));
-  FPA_RETURN_IF_ERROR(t.integer("pad_id", &c->pad_id, 0));
+  FPA_RETURN_IF_ERROR(t.integer("bos_id", &c->bos_id, 0, INT_MAX));
+  FPA_RETURN_IF_ERROR(t.integer("eos_id", &c->eos_id, 0, INT_MAX));
+  FPA_RETURN_IF_ERROR(t.integer("pad_id", &c->pad_id, 0, INT_MAX));
   for (int id : {c->bos_id, c->eos_id, c->pad_id}) {
     if (id < 256 || id >= c->vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -112,12 +122,21 @@ absl::Status check_ranges(const std::string& path, const ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": vocab_size ", c.vocab_size, " cannot hold the byte tokenizer (259)"));
   }
-  if (c.rope_theta < 0.0f || (c.rope_theta > 0.0f && c.head_dim % 2 != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": RoPE needs rope_theta >= 0 and an even head_dim"));
+  // Each product is of two bounded ints, so it is computed in 64 bits without overflow.
+  if (int64_t a = int64_t{c.n_heads} * c.head_dim; a > kMaxAttentionWidth) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": n_heads * head_dim = ", a,
+                                                   " is over the limit of ", kMaxAttentionWidth));
   }
-  if (!(c.norm_eps > 0.0f) || !(c.tau > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": norm_eps and tau must be > 0"));
+  if (int64_t n = int64_t{c.vocab_size} * c.d_model; n > kMaxTensorElements) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": vocab_size * d_model = ", n,
+                                                   " is over the limit of ", kMaxTensorElements));
+  }
+  if (int64_t n = int64_t{c.d_ff} * c.d_model; n > kMaxTensorElements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": d_ff * d_model = ", n, " is over the limit of ", kMaxTensorElements));
+  }
+  if (c.rope_theta > 0.0f && c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": RoPE needs an even head_dim"));
   }
   return absl::OkStatus();
 }
@@ -148,18 +167,18 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   if (format != "fpa-serve/1") return f.error("format", "must be \"fpa-serve/1\"");
   ModelConfig c;
   c.raw_json = json_text;
-  FPA_RETURN_IF_ERROR(f.required_positive("vocab_size", &c.vocab_size));
-  FPA_RETURN_IF_ERROR(f.required_positive("d_model", &c.d_model));
-  FPA_RETURN_IF_ERROR(f.required_positive("n_layers", &c.n_layers));
-  FPA_RETURN_IF_ERROR(f.required_positive("n_heads", &c.n_heads));
-  FPA_RETURN_IF_ERROR(f.required_positive("head_dim", &c.head_dim));
-  FPA_RETURN_IF_ERROR(f.required_positive("d_ff", &c.d_ff));
+  FPA_RETURN_IF_ERROR(f.required_dim("vocab_size", &c.vocab_size, 1 << 20));
+  FPA_RETURN_IF_ERROR(f.required_dim("d_model", &c.d_model, 1 << 16));
+  FPA_RETURN_IF_ERROR(f.required_dim("n_layers", &c.n_layers, 1024));
+  FPA_RETURN_IF_ERROR(f.required_dim("n_heads", &c.n_heads, 1024));
+  FPA_RETURN_IF_ERROR(f.required_dim("head_dim", &c.head_dim, 4096));
+  FPA_RETURN_IF_ERROR(f.required_dim("d_ff", &c.d_ff, 1 << 18));
   FPA_RETURN_IF_ERROR(read_kind(f, &c));
-  FPA_RETURN_IF_ERROR(f.number("rope_theta", &c.rope_theta));
-  FPA_RETURN_IF_ERROR(f.number("norm_eps", &c.norm_eps));
-  FPA_RETURN_IF_ERROR(f.number("tau", &c.tau));
+  FPA_RETURN_IF_ERROR(f.number("rope_theta", &c.rope_theta, 0, 1e9));
+  FPA_RETURN_IF_ERROR(f.number("norm_eps", &c.norm_eps, 1e-12, 1));
+  FPA_RETURN_IF_ERROR(f.number("tau", &c.tau, 1e-6, 1e6));
   FPA_RETURN_IF_ERROR(f.boolean("tie_embeddings", &c.tie_embeddings));
-  FPA_RETURN_IF_ERROR(f.integer("train_len", &c.train_len, 0));
+  FPA_RETURN_IF_ERROR(f.integer("train_len", &c.train_len, 0, 1 << 24));
   if (c.attention != AttentionKind::kSoftmax) c.rope_theta = 0.0f;
   FPA_RETURN_IF_ERROR(check_ranges(path, c));
   FPA_RETURN_IF_ERROR(read_tokenizer(j, path, &c));

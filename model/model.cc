@@ -2,6 +2,7 @@
 // config before any weight is used.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -71,12 +72,22 @@ absl::StatusOr<const float*> LoadedModel::tensor(const std::string& name,
                                                    "]"));
   }
   used_.insert(name);
+  const float* data = nullptr;
   const auto addr = reinterpret_cast<uintptr_t>(t->bytes.data());
   if (t->dtype == DType::kF32 && addr % alignof(float) == 0) {
-    return reinterpret_cast<const float*>(t->bytes.data());  // zero-copy from the mapping
+    data = reinterpret_cast<const float*>(t->bytes.data());  // zero-copy from the mapping
+  } else {
+    converted_.push_back(to_float32(*t));
+    data = converted_.back().data();
   }
-  converted_.push_back(to_float32(*t));
-  return converted_.back().data();
+  // A NaN or inf weight would fail every request later, looking like the client's fault.
+  const std::span<const float> values(data, static_cast<size_t>(t->numel()));
+  auto bad = std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+  if (bad != values.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "non-finite value ", *bad, " at element ", bad - values.begin()));
+  }
+  return data;
 }
 
 absl::Status LoadedModel::matrix(const std::string& name, int rows, int cols, Matrix* out) {

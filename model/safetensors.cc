@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -18,8 +20,9 @@
 namespace fpa {
 namespace {
 
-// A header larger than this is certainly corrupt (ours are a few kilobytes).
-constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// A header larger than this is certainly corrupt (ours are a few kilobytes; the largest config
+// the loader accepts needs about 2 MB). It bounds the parsed JSON's memory to a few hundred MB.
+constexpr uint64_t kMaxHeaderBytes = 16u << 20;
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -53,6 +56,80 @@ absl::StatusOr<std::vector<int64_t>> parse_shape(const nlohmann::json& j) {
     shape.push_back(d.get<int64_t>());
   }
   return shape;
+}
+
+// Where one tensor's data lies, relative to the start of the data section.
+struct Extent {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// One header entry: its dtype, shape and data_offsets, checked against each other and the file.
+absl::StatusOr<Extent> parse_entry(const std::string& path, const std::string& name,
+                                   const nlohmann::json& entry, uint64_t data_size) {
+  const std::string where = absl::StrCat(path, ": tensor '", name, "': ");
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets") || !entry["dtype"].is_string()) {
+    return absl::DataLossError(where + "header entry lacks dtype, shape or data_offsets");
+  }
+  absl::StatusOr<DType> dtype = parse_dtype(entry["dtype"].get<std::string>());
+  if (!dtype.ok()) return absl::InvalidArgumentError(where + std::string(dtype.status().message()));
+  absl::StatusOr<std::vector<int64_t>> shape = parse_shape(entry["shape"]);
+  if (!shape.ok()) return absl::DataLossError(where + std::string(shape.status().message()));
+  const auto& offs = entry["data_offsets"];
+  if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
+      !offs[1].is_number_unsigned()) {
+    return absl::DataLossError(where + "data_offsets is not [begin, end]");
+  }
+  Extent e{name, *dtype, *std::move(shape), offs[0].get<uint64_t>(), offs[1].get<uint64_t>()};
+  // Overflow-safe byte count: any product above the file size is already wrong.
+  uint64_t expect = dtype_size(e.dtype);
+  for (int64_t d : e.shape) {
+    if (__builtin_mul_overflow(expect, static_cast<uint64_t>(d), &expect)) {
+      return absl::DataLossError(where + "shape overflows");
+    }
+  }
+  if (e.end < e.begin || e.end - e.begin != expect) {
+    return absl::DataLossError(absl::StrCat(where, "data_offsets [", e.begin, ", ", e.end,
+                                            ") do not match ", dtype_name(e.dtype), " shape [",
+                                            absl::StrJoin(e.shape, ", "), "]"));
+  }
+  if (e.end > data_size) {
+    return absl::DataLossError(absl::StrCat(where, "data [", e.begin, ", ", e.end,
+                                            ") runs past the end of the file (", data_size,
+                                            " data bytes): truncated"));
+  }
+  if (e.begin % dtype_size(e.dtype) != 0) {
+    return absl::DataLossError(absl::StrCat(where, "data_offsets begin ", e.begin,
+                                            " is not a multiple of the ", dtype_name(e.dtype),
+                                            " element size"));
+  }
+  return e;
+}
+
+// The tensors tile the data exactly: no overlap, no hole, nothing after the last one.
+absl::Status check_layout(const std::string& path, std::vector<Extent> extents,
+                          uint64_t data_size) {
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  uint64_t covered = 0;
+  for (const Extent& e : extents) {
+    if (e.begin != covered) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end, ") ",
+                       e.begin < covered ? "overlap another tensor" : "leave a hole",
+                       " (bytes before it end at ", covered, ")"));
+    }
+    covered = e.end;
+  }
+  if (covered != data_size) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": the tensors cover ", covered, " of ", data_size, " data bytes"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -143,9 +220,13 @@ absl::Status SafetensorsFile::parse_header() {
   }
   uint64_t header_len = 0;
   std::memcpy(&header_len, base_, 8);  // little-endian host (x86-64, aarch64)
-  if (header_len > kMaxHeaderBytes || header_len > size_ - 8) {
+  if (header_len > size_ - 8) {
     return absl::DataLossError(absl::StrCat(path_, ": header length ", header_len,
                                             " runs past the end of the file (", size_, " bytes)"));
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(path_, ": header length ", header_len,
+                                            " is over the limit of ", kMaxHeaderBytes, " bytes"));
   }
   const char* text = reinterpret_cast<const char*>(base_ + 8);
   const nlohmann::json header = nlohmann::json::parse(text, text + header_len, nullptr, false);
@@ -154,6 +235,7 @@ absl::Status SafetensorsFile::parse_header() {
   }
   const size_t data_begin = 8 + header_len;
   const size_t data_size = size_ - data_begin;
+  std::vector<Extent> extents;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (entry.is_object()) {
@@ -163,46 +245,15 @@ absl::Status SafetensorsFile::parse_header() {
       }
       continue;
     }
-    const std::string where = absl::StrCat(path_, ": tensor '", name, "': ");
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets") || !entry["dtype"].is_string()) {
-      return absl::DataLossError(where + "header entry lacks dtype, shape or data_offsets");
-    }
-    absl::StatusOr<DType> dtype = parse_dtype(entry["dtype"].get<std::string>());
-    if (!dtype.ok())
-      return absl::InvalidArgumentError(where + std::string(dtype.status().message()));
-    absl::StatusOr<std::vector<int64_t>> shape = parse_shape(entry["shape"]);
-    if (!shape.ok()) return absl::DataLossError(where + std::string(shape.status().message()));
-    const auto& offs = entry["data_offsets"];
-    if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
-        !offs[1].is_number_unsigned()) {
-      return absl::DataLossError(where + "data_offsets is not [begin, end]");
-    }
-    const uint64_t begin = offs[0].get<uint64_t>();
-    const uint64_t end = offs[1].get<uint64_t>();
-    TensorView view{*dtype, *std::move(shape), {}};
-    // Overflow-safe element count: any product above the file size is already wrong.
-    uint64_t expect = dtype_size(*dtype);
-    for (int64_t d : view.shape) {
-      if (d != 0 && expect > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
-        return absl::DataLossError(where + "shape overflows");
-      }
-      expect *= static_cast<uint64_t>(d);
-    }
-    if (end < begin || end - begin != expect) {
-      return absl::DataLossError(absl::StrCat(where, "data_offsets [", begin, ", ", end,
-                                              ") do not match ", dtype_name(*dtype), " shape [",
-                                              absl::StrJoin(view.shape, ", "), "]"));
-    }
-    if (end > data_size) {
-      return absl::DataLossError(absl::StrCat(where, "data [", begin, ", ", end,
-                                              ") runs past the end of the file (", data_size,
-                                              " data bytes): truncated"));
-    }
-    view.bytes = std::span<const std::byte>(base_ + data_begin + begin, end - begin);
+    absl::StatusOr<Extent> extent = parse_entry(path_, name, entry, data_size);
+    if (!extent.ok()) return extent.status();
+    TensorView view{extent->dtype, std::move(extent->shape), {}};
+    view.bytes =
+        std::span<const std::byte>(base_ + data_begin + extent->begin, extent->end - extent->begin);
+    extents.push_back(*std::move(extent));
     tensors_.emplace(name, std::move(view));
   }
-  return absl::OkStatus();
+  return check_layout(path_, std::move(extents), data_size);
 }
 
 absl::StatusOr<TensorView> SafetensorsFile::get(const std::string& name) const {

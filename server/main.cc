@@ -1,9 +1,13 @@
 // fpa-serve: loads a model, starts the scheduler, the gRPC server (FpaService, health,
 // reflection) and the /metrics endpoint, and serves until SIGTERM or SIGINT, then drains.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -12,7 +16,9 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "server/acceptor.h"
 #include "server/engine/model_runner.h"
+#include "server/listen_socket.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/options.h"
@@ -54,6 +60,47 @@ absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o
   return cache::KvCache::create(shape, pages, /*host_storage=*/!use_cuda);
 }
 
+// The descriptor limit bounds connections on both ports: take all the hard limit allows.
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+int milliseconds(double seconds) {
+  return static_cast<int>(std::min(seconds * 1000.0, double{std::numeric_limits<int>::max()}));
+}
+
+struct GrpcEndpoint {
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<Acceptor> acceptor;  // the server's only listener
+};
+
+absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& service) {
+  absl::StatusOr<ListenSocket> socket = listen_tcp(o.address, /*backlog=*/1024);
+  if (!socket.ok()) return socket.status();
+  GrpcEndpoint g;
+  g.acceptor = std::make_unique<Acceptor>(
+      *socket, AcceptorLimits{o.max_connections, std::chrono::milliseconds(
+                                                     milliseconds(o.handshake_timeout_seconds))});
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, o.max_streams_per_connection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, milliseconds(o.idle_timeout_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, milliseconds(o.keepalive_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  g.server = builder.BuildAndStart();
+  if (g.server == nullptr) return absl::UnavailableError("cannot start the gRPC server");
+  g.acceptor->start(g.server.get());
+  return g;
+}
+
 int serve(const ServeOptions& o) {
   absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model);
   if (!model.ok()) {
@@ -93,17 +140,13 @@ int serve(const ServeOptions& o) {
   info.max_batch = o.max_batch;
   FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(o.address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::cerr << "fpa-serve: cannot listen on " << o.address << "\n";
+  absl::StatusOr<GrpcEndpoint> grpc_endpoint = start_grpc(o, service);
+  if (!grpc_endpoint.ok()) {
+    std::cerr << "fpa-serve: " << grpc_endpoint.status().message() << "\n";
     return 1;
   }
+  grpc::Server* server = grpc_endpoint->server.get();
+  const int port = grpc_endpoint->acceptor->port();
   server->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   scheduler.start();
 
@@ -122,6 +165,7 @@ int serve(const ServeOptions& o) {
             << o.drain_seconds << " s)" << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
   scheduler.drain(std::chrono::duration<double>(o.drain_seconds));
+  grpc_endpoint->acceptor->stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   std::cout << "fpa-serve: stopped" << std::endl;
   return 0;
@@ -134,6 +178,7 @@ int main(int argc, char** argv) {
   // only sigwait() in serve() sees them.
   sigset_t signals = fpa::server::stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  fpa::server::raise_open_file_limit();
 
   absl::StatusOr<fpa::server::ServeOptions> options = fpa::server::parse_options(argc, argv);
   if (!options.ok()) {

@@ -30,6 +30,17 @@ std::function<bool(ServeOptions&, absl::string_view)> integer(T ServeOptions::*f
   };
 }
 
+// A finite number of seconds >= `min`.
+std::function<bool(ServeOptions&, absl::string_view)> seconds(double ServeOptions::*field,
+                                                              double min) {
+  return [field, min](ServeOptions& o, absl::string_view v) {
+    double x;
+    if (!absl::SimpleAtod(v, &x) || !std::isfinite(x) || x < min) return false;
+    o.*field = x;
+    return true;
+  };
+}
+
 std::function<bool(ServeOptions&, absl::string_view)> text(std::string ServeOptions::*field) {
   return [field](ServeOptions& o, absl::string_view v) {
     if (v.empty()) return false;
@@ -97,12 +108,20 @@ const std::vector<Flag>& flags() {
       {"threads", "N", "CPU backend threads; 0 = every core [0]",
        integer(&ServeOptions::threads, 0)},
       {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
-       [](ServeOptions& o, absl::string_view v) {
-         double x;
-         if (!absl::SimpleAtod(v, &x) || !std::isfinite(x) || x < 0) return false;
-         o.drain_seconds = x;
-         return true;
-       }},
+       seconds(&ServeOptions::drain_seconds, 0)},
+      {"max-connections", "N", "gRPC connections; more are closed at once [1024]",
+       integer(&ServeOptions::max_connections, 1)},
+      {"handshake-timeout-seconds", "N",
+       "close a gRPC connection that sends no HTTP/2 preface this long [10]",
+       seconds(&ServeOptions::handshake_timeout_seconds, 0.001)},
+      {"idle-timeout-seconds", "N", "close a gRPC connection without calls this long [300]",
+       seconds(&ServeOptions::idle_timeout_seconds, 0.001)},
+      {"keepalive-seconds", "N",
+       "ping an idle gRPC connection this often; drop it after 20 s "
+       "without an answer [60]",
+       seconds(&ServeOptions::keepalive_seconds, 0.001)},
+      {"max-streams-per-connection", "N", "concurrent calls on one gRPC connection [64]",
+       integer(&ServeOptions::max_streams_per_connection, 1)},
   };
   return kFlags;
 }

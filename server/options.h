@@ -27,6 +27,12 @@ struct ServeOptions {
   std::optional<float> tau;  // the model's tau when absent
   int threads = 0;           // 0 = every core
   double drain_seconds = 30;
+  // gRPC connections (docs/serving.md, "What the server promises").
+  int max_connections = 1024;
+  double handshake_timeout_seconds = 10;
+  double idle_timeout_seconds = 300;
+  double keepalive_seconds = 60;
+  int max_streams_per_connection = 64;
   bool help = false;
 };
 

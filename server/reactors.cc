@@ -6,13 +6,10 @@
 
 #include "server/request.h"
 #include "server/service.h"
+#include "server/wire.h"
 
 namespace fpa::server {
 namespace {
-
-grpc::Status to_grpc(const absl::Status& st) {
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
-}
 
 v1::FinishReason to_proto(FinishReason r) {
   switch (r) {
@@ -49,20 +46,20 @@ void append_tokens(const TokenChunk& c, Msg* m) {
 
 class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink {
  public:
-  UnaryGenerate(FpaServiceImpl& service, v1::GenerateResponse* resp)
-      : service_(service), resp_(resp) {}
+  UnaryGenerate(FpaServiceImpl& service, grpc::ByteBuffer* out) : service_(service), out_(out) {}
 
-  void start(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+  void start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req) {
     // After a successful submit the scheduler owns the call: `this` may already be gone.
     if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) finish(st);
   }
 
-  void on_tokens(TokenChunk chunk) override { append_tokens(chunk, resp_); }
+  void on_tokens(TokenChunk chunk) override { append_tokens(chunk, &resp_); }
 
   void on_finish(Completion done) override {
-    resp_->mutable_text()->append(done.text_tail);
-    resp_->set_finish_reason(to_proto(done.reason));
-    fill_usage(done.usage, resp_->mutable_usage());
+    resp_.mutable_text()->append(done.text_tail);
+    resp_.set_finish_reason(to_proto(done.reason));
+    fill_usage(done.usage, resp_.mutable_usage());
+    if (done.status.ok()) encode(resp_, out_);
     finish(done.status);
   }
 
@@ -78,18 +75,18 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
   }
 
   FpaServiceImpl& service_;
-  v1::GenerateResponse* resp_;
+  grpc::ByteBuffer* out_;
+  v1::GenerateResponse resp_;
   std::shared_ptr<Request> request_;
 };
 
 // Writes one message at a time, as gRPC requires; messages that pile up behind a slow client are
 // merged into one token group.
-class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse>,
-                             public RequestSink {
+class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public RequestSink {
  public:
   explicit StreamGenerate(FpaServiceImpl& service) : service_(service) {}
 
-  void start(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+  void start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req) {
     if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) {
       service_.metrics().count_request(static_cast<int>(st.code()));
       Finish(to_grpc(st));
@@ -146,6 +143,10 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
   // Starts the next write (or the finish) when none is in flight. Called with mu_ held; releases
   // it before calling into gRPC.
   void pump(std::unique_lock<std::mutex>& lock) {
+    if (broken_) {
+      // Tokens nobody can receive are dropped, but never the last message: it finishes the call.
+      while (!queue_.empty() && !queue_.front().last) queue_.pop_front();
+    }
     if (queue_.empty()) return;
     Outgoing o = std::move(queue_.front());
     queue_.pop_front();
@@ -158,8 +159,13 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
     }
     writing_ = true;  // stays set after the last message: nothing follows it
     if (o.last) {
-      bool with_message = o.status.ok() && !broken_;
-      current_ = std::move(o.msg);
+      if (broken_ && o.status.ok()) {
+        // The generation ended but its answer never reached the client.
+        o.status = grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading");
+        o.code = static_cast<int>(grpc::StatusCode::CANCELLED);
+      }
+      bool with_message = o.status.ok();
+      if (with_message) encode(o.msg, &current_);
       lock.unlock();
       service_.metrics().count_request(o.code);
       if (with_message) {
@@ -169,11 +175,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
       }
       return;
     }
-    if (broken_) {
-      writing_ = false;  // drop tokens nobody can receive; wait for the last message
-      return;
-    }
-    current_ = std::move(o.msg);
+    encode(o.msg, &current_);
     lock.unlock();
     StartWrite(&current_);
   }
@@ -184,22 +186,23 @@ class StreamGenerate final : public grpc::ServerWriteReactor<v1::GenerateStreamR
   std::deque<Outgoing> queue_;
   bool writing_ = false;
   bool broken_ = false;
-  v1::GenerateStreamResponse current_;
+  grpc::ByteBuffer current_;  // the message in flight
 };
 
 }  // namespace
 
 grpc::ServerUnaryReactor* start_unary_generate(FpaServiceImpl& service,
                                                grpc::CallbackServerContext* ctx,
-                                               const v1::GenerateRequest& req,
-                                               v1::GenerateResponse* resp) {
+                                               const grpc::ByteBuffer& req,
+                                               grpc::ByteBuffer* resp) {
   auto* r = new UnaryGenerate(service, resp);
   r->start(ctx, req);
   return r;
 }
 
-grpc::ServerWriteReactor<v1::GenerateStreamResponse>* start_stream_generate(
-    FpaServiceImpl& service, grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* start_stream_generate(FpaServiceImpl& service,
+                                                                  grpc::CallbackServerContext* ctx,
+                                                                  const grpc::ByteBuffer& req) {
   auto* r = new StreamGenerate(service);
   r->start(ctx, req);
   return r;

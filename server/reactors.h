@@ -9,11 +9,13 @@ namespace fpa::server {
 
 class FpaServiceImpl;
 
+// `req` holds an encoded GenerateRequest; `resp` receives an encoded GenerateResponse, and the
+// stream encoded GenerateStreamResponses.
 grpc::ServerUnaryReactor* start_unary_generate(FpaServiceImpl& service,
                                                grpc::CallbackServerContext* ctx,
-                                               const v1::GenerateRequest& req,
-                                               v1::GenerateResponse* resp);
-grpc::ServerWriteReactor<v1::GenerateStreamResponse>* start_stream_generate(
-    FpaServiceImpl& service, grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req);
+                                               const grpc::ByteBuffer& req, grpc::ByteBuffer* resp);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* start_stream_generate(FpaServiceImpl& service,
+                                                                  grpc::CallbackServerContext* ctx,
+                                                                  const grpc::ByteBuffer& req);
 
 }  // namespace fpa::server

@@ -21,28 +21,34 @@ struct ServiceInfo {
   int max_batch = 0;
 };
 
-class FpaServiceImpl final : public v1::FpaService::CallbackService {
+// Every method takes raw bytes and decodes them itself (server/wire.h), so that no request can
+// end without a status the service chose.
+using RawFpaService = v1::FpaService::WithRawCallbackMethod_Generate<
+    v1::FpaService::WithRawCallbackMethod_GenerateStream<
+        v1::FpaService::WithRawCallbackMethod_Tokenize<
+            v1::FpaService::WithRawCallbackMethod_ModelInfo<
+                v1::FpaService::WithRawCallbackMethod_CacheStats<v1::FpaService::Service>>>>>;
+
+class FpaServiceImpl final : public RawFpaService {
  public:
   FpaServiceImpl(const Model& model, const cache::KvCache& cache, Scheduler& scheduler,
                  ServerMetrics& metrics, ServiceInfo info);
 
-  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
-                                     const v1::GenerateRequest* req,
-                                     v1::GenerateResponse* resp) override;
-  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const v1::TokenizeRequest* req,
-                                     v1::TokenizeResponse* resp) override;
-  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* ctx,
-                                      const v1::ModelInfoRequest* req,
-                                      v1::ModelInfoResponse* resp) override;
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(grpc::CallbackServerContext* ctx,
+                                                             const grpc::ByteBuffer* req) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* CacheStats(grpc::CallbackServerContext* ctx,
-                                       const v1::CacheStatsRequest* req,
-                                       v1::CacheStatsResponse* resp) override;
+                                       const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
 
-  // Validates `req` and queues it for `sink`; the sink hears on_finish iff this returns OK.
-  absl::Status submit(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req,
+  // Decodes and validates `req` and queues it for `sink`; the sink hears on_finish iff this
+  // returns OK.
+  absl::Status submit(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req,
                       RequestSink* sink, std::shared_ptr<Request>* out);
   ServerMetrics& metrics() { return metrics_; }
 

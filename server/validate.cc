@@ -8,8 +8,20 @@
 namespace fpa::server {
 namespace {
 
+// Values echoed in errors are cut: an 8000-byte one would overflow gRPC's metadata limit and the
+// client would see RESOURCE_EXHAUSTED instead of this error.
+constexpr size_t kMaxEchoBytes = 64;
+
 absl::Status bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// `value` in quotes, cut to kMaxEchoBytes on a UTF-8 character boundary.
+std::string echo(absl::string_view value) {
+  if (value.size() <= kMaxEchoBytes) return absl::StrCat("'", value, "'");
+  size_t end = kMaxEchoBytes;
+  while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;
+  return absl::StrCat("'", value.substr(0, end), "...' (", value.size(), " bytes)");
 }
 
 absl::StatusOr<std::vector<int32_t>> prompt_of(const v1::GenerateRequest& req,
@@ -72,8 +84,8 @@ absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& l
   if (!req.eviction_policy().empty()) {
     absl::StatusOr<cache::Policy> policy = cache::parse_policy(req.eviction_policy());
     if (!policy.ok()) {
-      return bad("eviction_policy", absl::StrCat("unknown policy '", req.eviction_policy(),
-                                                 "' (fpa, none, window, sinks, h2o)"));
+      return bad("eviction_policy", absl::StrCat("unknown policy ", echo(req.eviction_policy()),
+                                                 " (fpa, none, window, sinks, h2o)"));
     }
     c.policy = *policy;
   }
@@ -95,6 +107,12 @@ absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& l
       return bad("sink_tokens", absl::StrCat(req.sink_tokens(), " must be >= 0"));
     }
     c.sink_tokens = req.sink_tokens();
+  }
+  // The sinks are part of the smallest budget (cache::validate_policy): checked here, where the
+  // request enters, so that the error names the field.
+  if (c.policy == cache::Policy::kSinks && c.sink_tokens >= c.min_budget) {
+    return bad("sink_tokens", absl::StrCat(c.sink_tokens, " must be < ", c.min_budget,
+                                           " (the smallest cache budget) for sinks"));
   }
   return absl::OkStatus();
 }

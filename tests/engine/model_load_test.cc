@@ -119,6 +119,21 @@ TEST(ModelLoad, CorruptHeaderIsAnError) {
       {with_header(R"({"a":{"dtype":"F32","shape":[2]}})"), "lacks dtype, shape or data_offsets"},
       {with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})"), "do not match"},
       {with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})"), "negative"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})") +
+           std::string(4, '\0'),
+       "overlap another tensor"},
+      {with_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})") +
+           std::string(6, '\0'),
+       "'b': data_offsets begin 2 is not a multiple of the F32 element size"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") +
+           std::string(8, '\0'),
+       "leave a hole"},
+      {with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})") +
+           std::string(8, '\0'),
+       "the tensors cover 4 of 8 data bytes"},
+      {with_header(std::string(17 << 20, ' ')), "over the limit of 16777216 bytes"},
   };
   for (const auto& [blob, why] : cases) {
     std::ofstream(path, std::ios::binary) << blob;
@@ -145,6 +160,47 @@ TEST(ModelLoad, BadConfigIsNamed) {
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("not a valid JSON object"));
   EXPECT_FALSE(Model::load(dir.path() + "/nope").ok());
+}
+
+// Every size is checked against a bound before anything is allocated for it: these configs used
+// to allocate gigabytes, overflow int, or load an infinite tau.
+TEST(ModelLoad, ConfigOutOfBoundsIsNamed) {
+  using nlohmann::json;
+  const std::pair<json, std::string> cases[] = {
+      {{{"n_layers", 16777216}}, "'n_layers' must be an integer in [1, 1024]"},
+      {{{"n_layers", uint64_t{1} << 63}}, "'n_layers' must be an integer"},
+      {{{"vocab_size", 1 << 24}}, "'vocab_size' must be an integer in [1, 1048576]"},
+      {{{"n_heads", 32}, {"head_dim", 4096}}, "n_heads * head_dim = 131072 is over the limit"},
+      {{{"d_model", 8192}, {"d_ff", 1 << 18}}, "d_ff * d_model = 2147483648 is over the limit"},
+      {{{"vocab_size", 1 << 20}, {"d_model", 2048}}, "vocab_size * d_model = 2147483648"},
+      {{{"tau", 1e300}}, "'tau' must be a number in"},
+      {{{"tau", 0}}, "'tau' must be a number in"},
+      {{{"norm_eps", -1}}, "'norm_eps' must be a number in"},
+      {{{"rope_theta", 1e40}}, "'rope_theta' must be a number in"},
+  };
+  for (const auto& [patch, why] : cases) {
+    ModelFiles f = testing::random_model("fpa", "tied", 1);
+    f.config.update(patch);
+    EXPECT_THAT(load_error(f), AllOf(HasSubstr("config.json"), HasSubstr(why))) << patch;
+  }
+}
+
+TEST(ModelLoad, NonFiniteWeightsAreNamed) {
+  ModelFiles f = testing::random_model("fpa", "free", 1);
+  f.tensors["final_norm.weight"] = testing::f32_tensor({32}, std::vector<float>(32, 1.0f));
+  std::memcpy(f.tensors["final_norm.weight"].bytes.data() + 4 * 7, "\x00\x00\x80\x7f", 4);
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'final_norm.weight'"), HasSubstr("non-finite"),
+                                   HasSubstr("element 7")));
+  f = testing::random_model("fpa", "free", 1);
+  std::vector<float> nan(4 * 32, 0.0f);
+  nan[5] = std::nanf("");
+  f.tensors["layers.1.attn.level_w"] = testing::f32_tensor({4, 32}, nan);
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'layers.1.attn.level_w'"), HasSubstr("nan")));
+  f = testing::random_model("fpa", "tied", 1);
+  const uint16_t f16_inf[4] = {0x3c00, 0x7c00, 0x3c00, 0x3c00};  // converted tensors too
+  f.tensors["layers.0.attn.field_b"] = {
+      "F16", {4}, std::string(reinterpret_cast<const char*>(f16_inf), 8)};
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("'layers.0.attn.field_b'"), HasSubstr("inf")));
 }
 
 TEST(ModelLoad, HalfPrecisionIsConverted) {

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from daemon import GENERATE_BIN, LONG, REPO, TEST_MODEL, Server, fpa_client  # noqa: F401
+from daemon import (GENERATE_BIN, LONG, REPO, TEST_MODEL, Server, fpa_client,  # noqa: F401
+                    wait_for)
 
 
 @pytest.fixture(scope="session")

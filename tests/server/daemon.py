@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -34,10 +35,27 @@ def _die_with_parent():
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
+def _start_child(nofile: int | None):
+    def start():
+        _die_with_parent()
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    return start
+
+
+def wait_for(predicate, timeout=10.0):
+    """Polls `predicate` until it holds; fails the test after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
 class Server:
     """A running fpa-serve with a client, its address and its /metrics URL."""
 
-    def __init__(self, *flags: str, model: str = TEST_MODEL):
+    def __init__(self, *flags: str, model: str = TEST_MODEL, nofile: int | None = None):
+        """nofile: the open-file limit (soft and hard) of the server process."""
         if not os.path.exists(SERVE_BIN):
             pytest.fail(f"{SERVE_BIN} is not built")
         self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
@@ -46,7 +64,7 @@ class Server:
         cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
                "--metrics-address", "127.0.0.1:0", "--threads", "1", *pool, *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=_start_child(nofile))
         self.port, self.metrics_port = self._wait_for_ports()
         self.address = f"127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"

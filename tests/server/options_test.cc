@@ -26,6 +26,11 @@ TEST(ParseOptions, DefaultsMatchTheServingContract) {
   EXPECT_EQ(o->max_queue, 256);
   EXPECT_FALSE(o->tau.has_value());
   EXPECT_EQ(o->drain_seconds, 30);
+  EXPECT_EQ(o->max_connections, 1024);
+  EXPECT_EQ(o->handshake_timeout_seconds, 10);
+  EXPECT_EQ(o->idle_timeout_seconds, 300);
+  EXPECT_EQ(o->keepalive_seconds, 60);
+  EXPECT_EQ(o->max_streams_per_connection, 64);
 }
 
 TEST(ParseOptions, BothValueForms) {
@@ -47,6 +52,9 @@ TEST(ParseOptions, ErrorsNameTheFlag) {
   for (const Case& c : std::vector<Case>{{{"--max-batch", "0"}, "--max-batch"},
                                          {{"--max-batch", "x"}, "--max-batch"},
                                          {{"--tau", "-1"}, "--tau"},
+                                         {{"--max-connections", "0"}, "--max-connections"},
+                                         {{"--idle-timeout-seconds", "nan"}, "--idle-timeout"},
+                                         {{"--handshake-timeout-seconds=0"}, "--handshake"},
                                          {{"--backend", "tpu"}, "--backend"},
                                          {{"--no-such-flag", "1"}, "--no-such-flag"},
                                          {{"--model"}, "--model"},
@@ -62,10 +70,26 @@ TEST(ParseOptions, HelpListsEveryFlag) {
   absl::StatusOr<ServeOptions> o = parse({"--help"});
   ASSERT_TRUE(o.ok());
   EXPECT_TRUE(o->help);
-  for (const char* flag :
-       {"--model", "--address", "--metrics-address", "--backend", "--cache-bytes", "--cache-pages",
-        "--page-slots", "--max-batch", "--max-queue", "--max-prompt-tokens", "--max-new-tokens",
-        "--prefill-chunk", "--tau", "--threads", "--drain-seconds"}) {
+  for (const char* flag : {"--model",
+                           "--address",
+                           "--metrics-address",
+                           "--backend",
+                           "--cache-bytes",
+                           "--cache-pages",
+                           "--page-slots",
+                           "--max-batch",
+                           "--max-queue",
+                           "--max-prompt-tokens",
+                           "--max-new-tokens",
+                           "--prefill-chunk",
+                           "--tau",
+                           "--threads",
+                           "--drain-seconds",
+                           "--max-connections",
+                           "--handshake-timeout-seconds",
+                           "--idle-timeout-seconds",
+                           "--keepalive-seconds",
+                           "--max-streams-per-connection"}) {
     EXPECT_NE(usage().find(flag), std::string::npos) << flag;
   }
 }

@@ -1,21 +1,13 @@
 """Cancellation, deadlines, backpressure and SIGTERM draining, seen through gRPC statuses,
 CacheStats and /metrics."""
 import signal
-import time
 
 import grpc
 import pytest
 
-from conftest import LONG, fpa_client
+from conftest import LONG, fpa_client, wait_for
 
 pb = fpa_client.pb
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def idle(server):

@@ -26,6 +26,8 @@ BAD = [
     ("budget 0", dict(cache_budget_fraction=0.0), "cache_budget_fraction"),
     ("empty stop", dict(stop=[""]), "stop"),
     ("oversized prompt", dict(prompt="x" * 3000), "text"),
+    ("8000-byte policy", dict(eviction_policy="\u00e9" * 4000), "eviction_policy"),
+    ("sinks fill the budget", dict(eviction_policy="sinks", sink_tokens=8), "sink_tokens"),
 ]
 
 
@@ -41,7 +43,32 @@ def test_bad_field_is_invalid_argument(server, case, fields, field, streaming):
             server.client.generate(prompt, **fields)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, case
     assert e.value.details().startswith(field + ":"), e.value.details()
+    assert len(e.value.details()) < 200  # long values are not echoed whole
     assert server.client.generate("still serving", max_new_tokens=2).usage.generated_tokens == 2
+
+
+UNDECODABLE = [
+    ("bad UTF-8 text", b"\x0a\x02\xff\xfe"),
+    ("truncated", b"\x0a\x10abc"),
+    ("overlong varint", b"\x18" + b"\xff" * 11),  # max_new_tokens
+]
+
+
+@pytest.mark.parametrize("case,data", UNDECODABLE, ids=[u[0] for u in UNDECODABLE])
+@pytest.mark.parametrize("method", ["Generate", "GenerateStream", "Tokenize"])
+def test_undecodable_request_is_invalid_argument_and_counted(server, case, data, method):
+    key = 'fpa_requests_total{code="INVALID_ARGUMENT"}'
+    before = server.metrics().get(key, 0)
+    path = f"/fpa.v1.FpaService/{method}"
+    with pytest.raises(grpc.RpcError) as e:
+        if method == "GenerateStream":
+            list(server.client.channel.unary_stream(path)(data, timeout=10))
+        else:
+            server.client.channel.unary_unary(path)(data, timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, case
+    assert e.value.details().startswith("request:"), e.value.details()
+    counted = 0 if method == "Tokenize" else 1  # fpa_requests_total counts generations
+    assert server.metrics().get(key, 0) == before + counted
 
 
 def _send_raw(port: int, data: bytes):

@@ -1,0 +1,32 @@
+// Bytes -> GenerateRequest -> GenerationParams, the path every Generate and GenerateStream call
+// takes (server/wire.h decode, then server/validate.h to_params). What passes must be within the
+// limits the scheduler and the cache rely on.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cache/policy.h"
+#include "server/validate.h"
+#include "server/wire.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  fpa::v1::GenerateRequest req;
+  if (!fpa::server::decode(bytes, &req).ok()) return 0;
+  const fpa::server::RequestLimits limits{259, 256, 512, 128, 20.0f};
+  absl::StatusOr<fpa::server::GenerationParams> p = fpa::server::to_params(req, limits);
+  if (!p.ok()) {
+    if (p.status().message().size() > 400) std::abort();  // echoed values are cut
+    return 0;
+  }
+  if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
+      p->max_new_tokens < 1 || p->max_new_tokens > limits.max_new_tokens) {
+    std::abort();
+  }
+  for (int32_t id : p->prompt) {
+    if (id < 0 || id >= limits.vocab_size) std::abort();
+  }
+  // Validation lives in one place: the cache must never refuse what the service accepted.
+  if (!fpa::cache::validate_policy(p->policy).ok()) std::abort();
+  return 0;
+}
