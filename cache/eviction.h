@@ -1,4 +1,4 @@
-// The eviction policies (../shared/FPA.md section 2 for fpa; window, sinks, h2o as heuristics at
+// The eviction policies (docs/fpa.md sections 2 and 3 for fpa; window, sinks, h2o as heuristics at
 // a budget). Each frees the dying slots of one stream through the page table and returns how
 // many it freed.
 #pragma once
