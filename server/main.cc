@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -28,6 +29,15 @@ sigset_t stop_signals() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   return set;
+}
+
+// The name clients and dashboards know the model by: --served-model-name, else the model
+// folder's own name ("fpa-tiny" for models/fpa-tiny/).
+std::string served_model_name(const ServeOptions& o) {
+  if (!o.served_model_name.empty()) return o.served_model_name;
+  std::filesystem::path dir = std::filesystem::weakly_canonical(o.model);
+  if (dir.filename().empty()) dir = dir.parent_path();
+  return dir.filename().string();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, const Model& model,
@@ -70,7 +80,8 @@ int serve(const ServeOptions& o) {
   }
   ModelRunner runner(**model, **kv, std::move(*backend));
 
-  ServerMetrics metrics(**kv);
+  const std::string model_name = served_model_name(o);
+  ServerMetrics metrics(**kv, model_name);
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http =
       MetricsHttpServer::start(o.metrics_address, metrics.collectable());
   if (!metrics_http.ok()) {

@@ -42,7 +42,8 @@ class Server:
             pytest.fail(f"{SERVE_BIN} is not built")
         self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
         cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
-               "--metrics-address", "127.0.0.1:0", "--threads", "1", "--cache-pages", "16384",
+               "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+               "--threads", "1", "--cache-pages", "16384",
                *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent)
