@@ -82,8 +82,8 @@ int serve(const ServeOptions& o) {
 
   const std::string model_name = served_model_name(o);
   ServerMetrics metrics(**kv, model_name);
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http =
-      MetricsHttpServer::start(o.metrics_address, metrics.collectable());
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http =
+      http::HttpServer::start(o.metrics_address, {}, metrics_handler(metrics.collectable()));
   if (!metrics_http.ok()) {
     std::cerr << "fpa-serve: metrics: " << metrics_http.status().message() << "\n";
     return 1;

@@ -57,16 +57,16 @@ class RefreshingCollectable : public prometheus::Collectable {
 struct ServerMetrics::Vllm {
   Vllm(Registry& r, const Labels& l)
       : kv_usage(gauge(r, "vllm:kv_cache_usage_perc", "KV pages in use / pages total (0-1)", l)),
-        gpu_cache_usage(gauge(r, "vllm:gpu_cache_usage_perc",
-                              "Older name of vllm:kv_cache_usage_perc", l)),
+        gpu_cache_usage(
+            gauge(r, "vllm:gpu_cache_usage_perc", "Older name of vllm:kv_cache_usage_perc", l)),
         running(gauge(r, "vllm:num_requests_running", "Sequences in the running batch", l)),
         waiting(gauge(r, "vllm:num_requests_waiting", "Requests queued", l)),
         prompt_tokens(counter(r, "vllm:prompt_tokens_total", "Prompt tokens processed", l)),
         generation_tokens(counter(r, "vllm:generation_tokens_total", "Tokens generated", l)),
         ttft(histogram(r, "vllm:time_to_first_token_seconds",
                        "Request arrival to first generated token", latency_buckets(), l)),
-        itl(histogram(r, "vllm:inter_token_latency_seconds",
-                      "Between consecutive generated tokens", latency_buckets(), l)),
+        itl(histogram(r, "vllm:inter_token_latency_seconds", "Between consecutive generated tokens",
+                      latency_buckets(), l)),
         tpot(histogram(r, "vllm:time_per_output_token_seconds",
                        "Older name of vllm:inter_token_latency_seconds", latency_buckets(), l)),
         e2e(histogram(r, "vllm:e2e_request_latency_seconds", "Request arrival to last token",
