@@ -1,5 +1,6 @@
 // fpa-serve: loads a model, starts the scheduler, the gRPC server (FpaService, health,
-// reflection) and the /metrics endpoint, and serves until SIGTERM or SIGINT, then drains.
+// reflection), the /metrics endpoint and the OpenAI-compatible HTTP API, and serves until
+// SIGTERM or SIGINT, then drains.
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -15,6 +16,7 @@
 #include "server/engine/model_runner.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
+#include "server/openai_api.h"
 #include "server/options.h"
 #include "server/scheduler.h"
 #include "server/service.h"
@@ -97,6 +99,14 @@ int serve(const ServeOptions& o) {
   info.max_batch = o.max_batch;
   FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
 
+  OpenAiApi api(scheduler, metrics, {model_name, info.limits});
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
+      http::HttpServer::start(o.http_address, {}, api.handler());
+  if (!api_http.ok()) {
+    std::cerr << "fpa-serve: http: " << api_http.status().message() << "\n";
+    return 1;
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -116,7 +126,9 @@ int serve(const ServeOptions& o) {
             << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages\n"
             << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
             << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
-            << (*metrics_http)->port() << " (metrics)" << std::endl;
+            << (*metrics_http)->port() << " (metrics), "
+            << o.http_address.substr(0, o.http_address.rfind(':')) << ":" << (*api_http)->port()
+            << " (http)" << std::endl;
 
   sigset_t signals = stop_signals();
   int sig = 0;
@@ -125,6 +137,7 @@ int serve(const ServeOptions& o) {
   std::cout << "fpa-serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining (at most "
             << o.drain_seconds << " s)" << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
+  api.set_draining();
   scheduler.drain(std::chrono::duration<double>(o.drain_seconds));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   std::cout << "fpa-serve: stopped" << std::endl;
