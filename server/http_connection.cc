@@ -15,6 +15,7 @@ using tcp = asio::ip::tcp;
 // this many of its bytes are read and dropped: enough for it to see the answer, not a reset.
 constexpr std::chrono::seconds kLinger{2};
 constexpr size_t kMaxDiscard = 64 * 1024 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 // The Exchange handed to handlers: posts every call to the connection's I/O thread, in order.
 class ConnectionExchange final : public Exchange {
@@ -107,6 +108,19 @@ void Connection::on_header(beast::error_code ec) {
     return reject(Status::uri_too_long, "request line too long");
   }
   if (parser_->is_done()) return dispatch();
+  // curl asks before sending a body over 1 KiB, and waits a second for the answer otherwise.
+  if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+    stream_.expires_after(limits_.write_timeout);
+    return asio::async_write(stream_, asio::buffer(kContinue),
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec) return self->close();
+                               self->read_body();
+                             });
+  }
+  read_body();
+}
+
+void Connection::read_body() {
   stream_.expires_after(limits_.body_timeout);
   bhttp::async_read(
       stream_, buffer_, *parser_,

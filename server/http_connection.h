@@ -43,6 +43,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void read_header();
   void on_header(boost::beast::error_code ec);
+  void read_body();
   void on_body(boost::beast::error_code ec);
   bool request_line_too_long() const;
   void dispatch();

@@ -37,7 +37,9 @@ sigset_t stop_signals() {
 // folder's own name ("fpa-tiny" for models/fpa-tiny/).
 std::string served_model_name(const ServeOptions& o) {
   if (!o.served_model_name.empty()) return o.served_model_name;
-  std::filesystem::path dir = std::filesystem::weakly_canonical(o.model);
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::weakly_canonical(o.model, ec);
+  if (ec) dir = o.model;
   if (dir.filename().empty()) dir = dir.parent_path();
   return dir.filename().string();
 }

@@ -36,6 +36,20 @@ Histogram::BucketBoundaries latency_buckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
 
+// One figure into an fpa_* metric and its vLLM twins.
+template <typename... M>
+void set_all(double v, M&... m) {
+  (m.Set(v), ...);
+}
+template <typename... M>
+void observe_all(double v, M&... m) {
+  (m.Observe(v), ...);
+}
+template <typename... M>
+void increment_all(double v, M&... m) {
+  (m.Increment(v), ...);
+}
+
 class RefreshingCollectable : public prometheus::Collectable {
  public:
   RefreshingCollectable(ServerMetrics& metrics, std::shared_ptr<Registry> registry)
@@ -122,36 +136,26 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
 }
 
 void ServerMetrics::set_queue(int running, int waiting) {
-  running_.Set(running);
-  waiting_.Set(waiting);
-  vllm_->running.Set(running);
-  vllm_->waiting.Set(waiting);
+  set_all(running, running_, vllm_->running);
+  set_all(waiting, waiting_, vllm_->waiting);
 }
 
-void ServerMetrics::observe_ttft(double seconds) {
-  ttft_.Observe(seconds);
-  vllm_->ttft.Observe(seconds);
-}
+void ServerMetrics::observe_ttft(double seconds) { observe_all(seconds, ttft_, vllm_->ttft); }
 
 void ServerMetrics::observe_inter_token(double seconds) {
-  itl_.Observe(seconds);
-  vllm_->itl.Observe(seconds);
-  vllm_->tpot.Observe(seconds);
+  observe_all(seconds, itl_, vllm_->itl, vllm_->tpot);
 }
 
 void ServerMetrics::observe_request_duration(double seconds) {
-  duration_.Observe(seconds);
-  vllm_->e2e.Observe(seconds);
+  observe_all(seconds, duration_, vllm_->e2e);
 }
 
 void ServerMetrics::add_prompt_tokens(int64_t n) {
-  prompt_tokens_.Increment(static_cast<double>(n));
-  vllm_->prompt_tokens.Increment(static_cast<double>(n));
+  increment_all(static_cast<double>(n), prompt_tokens_, vllm_->prompt_tokens);
 }
 
 void ServerMetrics::add_generated_tokens(int64_t n) {
-  generated_tokens_.Increment(static_cast<double>(n));
-  vllm_->generation_tokens.Increment(static_cast<double>(n));
+  increment_all(static_cast<double>(n), generated_tokens_, vllm_->generation_tokens);
 }
 
 void ServerMetrics::count_request(int grpc_code) {
@@ -164,8 +168,7 @@ void ServerMetrics::refresh_cache_gauges() {
   pages_total_.Set(static_cast<double>(s.pages_total));
   pages_in_use_.Set(static_cast<double>(s.pages_in_use));
   double usage = s.pages_total > 0 ? static_cast<double>(s.pages_in_use) / s.pages_total : 0.0;
-  vllm_->kv_usage.Set(usage);
-  vllm_->gpu_cache_usage.Set(usage);
+  set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
   live_keys_.Set(static_cast<double>(s.live_slots));
   bytes_held_.Set(static_cast<double>(s.bytes_held()));
   bytes_full_.Set(static_cast<double>(s.bytes_full()));

@@ -2,9 +2,9 @@
 Extension's published v1 types, against the fpa-serve pods it selects, and the metric names its
 endpoint picker reads against a live fpa-serve's HTTP port.
 
-The v1 facts below are those of kubernetes-sigs/gateway-api-inference-extension, api/v1/
-inferencepool_types.go and config/crd/bases/inference.networking.k8s.io_inferencepools.yaml
-(release v1.0): the fields that exist, which are required, and their ranges."""
+The v1 facts below are those of the extension's release v1.0, from
+https://github.com/kubernetes-sigs/gateway-api-inference-extension/blob/main/api/v1/inferencepool_types.go
+and its generated CRD: the fields that exist, which are required, and their ranges."""
 import shutil
 import subprocess
 
@@ -17,7 +17,7 @@ from live_http import served_metrics
 GATEWAY = DEPLOY / "k8s/inference-gateway"
 POOL_API = "inference.networking.k8s.io/v1"
 SPEC_FIELDS = {"selector", "targetPorts", "endpointPickerRef"}  # all required
-PICKER_REF_FIELDS = {"group", "kind", "name", "port", "failureMode"}  # name required
+PICKER_REF_FIELDS = {"group", "kind", "name", "port", "failureMode"}  # name; port for a Service
 FAILURE_MODES = {"FailOpen", "FailClose"}
 # The endpoint picker's flags that name model-server metrics (the extension's model server
 # protocol: queued requests, running requests, KV cache utilisation; all gauges).

@@ -1,9 +1,9 @@
 """vLLM's published Grafana dashboard against a live fpa-serve: which series it queries, and
 that fpa-serve exports them with the model_name label the dashboard selects on.
 
-The queries are those of vllm-project/vllm, examples/online_serving/prometheus_grafana/
-grafana.json at commit 004f771f3a6b49597546b05c7d83686d1e121fa0 (the dashboard itself is not
-vendored here; Grafana macros are already substituted)."""
+The queries are those of vLLM's dashboard at commit 004f771f3a6b49597546b05c7d83686d1e121fa0,
+https://github.com/vllm-project/vllm/blob/004f771f3a6b49597546b05c7d83686d1e121fa0/examples/online_serving/prometheus_grafana/grafana.json
+(not vendored here; Grafana's macros are substituted)."""
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_env import promql_metric_names

@@ -82,6 +82,14 @@ int status_of(const std::string& response) {
   return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
 }
 
+// Sends `raw` on a new connection and returns the status of the answer.
+int answer_status(int port, const std::string& raw) {
+  int fd = connect_to(port);
+  int status = send_all(fd, raw) ? status_of(read_response(fd)) : -1;
+  close(fd);
+  return status;
+}
+
 // A server whose handler answers /hello, holds /wait and streams /stream, recording hang-ups.
 class HttpServerTest : public ::testing::Test {
  protected:
@@ -124,6 +132,21 @@ TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   close(fd);
 }
 
+TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd,
+                       "POST /hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 4\r\n\r\n"));
+  std::string interim = read_until_close(fd, 300ms);
+  EXPECT_EQ(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(send_all(fd, "body"));
+  std::string r = read_response(fd);
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_TRUE(r.ends_with("hi body")) << r;
+  close(fd);
+}
+
 TEST_F(HttpServerTest, LongRequestLineIs414NotAReset) {
   start({});
   int fd = connect_to(server_->port());
@@ -138,31 +161,27 @@ TEST_F(HttpServerTest, LongRequestLineIs414NotAReset) {
 
 TEST_F(HttpServerTest, LargeHeadersAre431) {
   start({});
-  int fd = connect_to(server_->port());
   std::string headers;
-  for (int i = 0; i < 200; ++i)
+  for (int i = 0; i < 200; ++i) {
     headers += "X-Filler-" + std::to_string(i) + ": " + std::string(200, 'v') + "\r\n";
-  ASSERT_TRUE(send_all(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n"));
-  EXPECT_EQ(status_of(read_response(fd)), 431);
-  close(fd);
+  }
+  EXPECT_EQ(answer_status(server_->port(), "GET /hello HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n"),
+            431);
 }
 
 TEST_F(HttpServerTest, LargeBodyIs413BeforeItIsRead) {
   Limits limits;
   limits.max_body_bytes = 1000;
   start(limits);
-  int fd = connect_to(server_->port());
-  ASSERT_TRUE(send_all(fd, "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"));
-  EXPECT_EQ(status_of(read_response(fd)), 413);
-  close(fd);
+  EXPECT_EQ(answer_status(server_->port(),
+                          "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"),
+            413);
   // A chunked body is counted as it arrives.
-  fd = connect_to(server_->port());
-  ASSERT_TRUE(send_all(fd,
-                       "POST /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                       "800\r\n" +
-                           std::string(2048, 'b') + "\r\n0\r\n\r\n"));
-  EXPECT_EQ(status_of(read_response(fd)), 413);
-  close(fd);
+  EXPECT_EQ(answer_status(server_->port(),
+                          "POST /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "800\r\n" +
+                              std::string(2048, 'b') + "\r\n0\r\n\r\n"),
+            413);
 }
 
 TEST_F(HttpServerTest, ConnectionsOverTheCapGet503UntilOneCloses) {
