@@ -61,16 +61,25 @@ bool is_parse_error(const beast::error_code& ec) {
 }  // namespace
 
 Connection::Connection(tcp::socket socket, const Limits& limits, const Handler& handler,
-                       int* counter, bool refused)
+                       int* counter, std::atomic<int>* busy, bool refused)
     : stream_(std::move(socket)),
       limits_(limits),
       handler_(handler),
       counter_(counter),
+      busy_(busy),
       refused_(refused) {
   ++*counter_;
 }
 
-Connection::~Connection() { --*counter_; }
+Connection::~Connection() {
+  set_responding(false);
+  --*counter_;
+}
+
+void Connection::set_responding(bool responding) {
+  if (responding != responding_) *busy_ += responding ? 1 : -1;
+  responding_ = responding;
+}
 
 void Connection::start() {
   if (refused_) return reject(Status::service_unavailable, "too many connections");
@@ -141,7 +150,7 @@ void Connection::dispatch() {
   Request r{std::string(req.method_string()), std::string(req.target()), std::move(req.body())};
   parser_.reset();
   stream_.expires_never();  // a generation may take minutes; disconnects are watched instead
-  responding_ = true;
+  set_responding(true);
   auto exchange =
       std::make_shared<ConnectionExchange>(shared_from_this(), ++exchange_, std::move(r));
   watch_disconnect();
@@ -193,8 +202,10 @@ void Connection::start_stream(uint64_t id, std::string content_type) {
   head_.emplace(bhttp::status::ok, version_);
   head_->set(bhttp::field::content_type, content_type);
   head_->set(bhttp::field::cache_control, "no-cache");
+  // HTTP/1.0 has no chunks: the body runs until the connection closes.
+  if (version_ < 11) keep_alive_ = false;
   head_->keep_alive(keep_alive_);
-  head_->chunked(true);
+  head_->chunked(version_ >= 11);
   head_sr_.emplace(*head_);
   write_in_flight_ = true;
   stream_.expires_after(limits_.write_timeout);
@@ -231,10 +242,12 @@ void Connection::write_next_chunk() {
   if (!pending_.empty()) {
     writing_ = std::exchange(pending_, {});
     write_in_flight_ = true;
+    if (!head_->chunked()) return asio::async_write(stream_, asio::buffer(writing_), next);
     return asio::async_write(stream_, bhttp::make_chunk(asio::buffer(writing_)), next);
   }
   if (!ending_) return stream_.expires_never();
   ending_ = false;
+  if (!head_->chunked()) return response_done();
   write_in_flight_ = true;
   asio::async_write(stream_, bhttp::make_chunk_last(), [self](beast::error_code ec, size_t) {
     self->write_in_flight_ = false;
@@ -244,7 +257,7 @@ void Connection::write_next_chunk() {
 }
 
 void Connection::response_done() {
-  responding_ = false;
+  set_responding(false);
   on_disconnect_ = nullptr;
   head_sr_.reset();
   head_.reset();
@@ -256,7 +269,7 @@ void Connection::response_done() {
 }
 
 void Connection::reject(Status status, std::string_view why) {
-  responding_ = false;
+  set_responding(false);
   response_ = {};
   response_.version(11);
   response_.result(status);
@@ -290,7 +303,7 @@ void Connection::linger() {
 void Connection::close() {
   if (closed_) return;
   closed_ = true;
-  responding_ = false;
+  set_responding(false);
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream_.close();

@@ -8,6 +8,7 @@
 #include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange without it
 // clang-format on
 #include <array>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <cstdint>
@@ -24,9 +25,10 @@ namespace fpa::server::http {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // `counter` counts the open connections of this kind; the connection holds one unit of it.
+  // `busy` counts the server's connections with a response in progress.
   // A connection over the server's cap is `refused`: it answers 503 and closes.
   Connection(boost::asio::ip::tcp::socket socket, const Limits& limits, const Handler& handler,
-             int* counter, bool refused);
+             int* counter, std::atomic<int>* busy, bool refused);
   ~Connection();
   void start();
 
@@ -54,12 +56,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_next_chunk();
   void response_done();
   void close();
+  void set_responding(bool responding);
   bool current(uint64_t id) const { return id == exchange_ && responding_ && !closed_; }
 
   boost::beast::tcp_stream stream_;
   const Limits& limits_;
   const Handler& handler_;
   int* counter_;
+  std::atomic<int>* busy_;
   bool refused_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

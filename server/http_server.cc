@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <thread>
@@ -17,6 +18,7 @@ using tcp = asio::ip::tcp;
 
 constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{1000};
+constexpr std::chrono::seconds kShutdownGrace{2};
 
 // Errors that say "no resources now" rather than "this connection failed": accepting again at
 // once would fail the same way, so the loop waits (the pending connections stay in the backlog).
@@ -33,7 +35,17 @@ class BeastServer final : public HttpServer {
     accept();
     thread_ = std::thread([this] { io_.run(); });
   }
+  // Stops accepting, lets responses in progress (a drained request's last events) reach their
+  // clients for up to kShutdownGrace, then stops.
   ~BeastServer() override {
+    asio::post(io_, [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+    });
+    auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+    while (busy_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     io_.stop();
     thread_.join();
   }
@@ -62,9 +74,11 @@ class BeastServer final : public HttpServer {
   // closed at once, so that refusals cannot hold unbounded memory either.
   void admit(tcp::socket socket) {
     if (served_ < limits_.max_connections) {
-      std::make_shared<Connection>(std::move(socket), limits_, handler_, &served_, false)->start();
+      std::make_shared<Connection>(std::move(socket), limits_, handler_, &served_, &busy_, false)
+          ->start();
     } else if (refused_ < limits_.max_connections) {
-      std::make_shared<Connection>(std::move(socket), limits_, handler_, &refused_, true)->start();
+      std::make_shared<Connection>(std::move(socket), limits_, handler_, &refused_, &busy_, true)
+          ->start();
     }
   }
 
@@ -73,6 +87,7 @@ class BeastServer final : public HttpServer {
   const Handler handler_;
   int served_ = 0;
   int refused_ = 0;
+  std::atomic<int> busy_{0};
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer backoff_;

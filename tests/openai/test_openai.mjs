@@ -142,27 +142,38 @@ async function longStream(c) {
   return { controller, it };
 }
 
-test("a full queue is a 429; a draining server is a 503", async () => {
-  const s = await server("--max-batch", "1", "--max-queue", "1", "--drain-seconds", "5");
+test("a full queue is a 429; a draining server is a 503 and ends what it could not finish", async () => {
+  const s = await server("--max-batch", "1", "--max-queue", "1", "--drain-seconds", "2");
   const c = clientOf(s);
   const running = await longStream(c);
   const queued = fetch(`${s.base}/v1/completions`, {
     method: "POST", headers: { "content-type": "application/json" },
     body: JSON.stringify({ prompt: "queued", max_tokens: 100000, ignore_eos: true }),
-    signal: running.controller.signal,
-  }).catch(() => null);
+  });
   assert.ok(await eventually(async () => (await s.metrics())["fpa_requests_waiting"] === 1));
   const err = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
     .then(() => null, (e) => e);
   assert.ok(err instanceof OpenAI.RateLimitError, `${err}`);
   assert.equal(err.status, 429);
+  assert.equal(err.type, "rate_limit_error");
   s.proc.kill("SIGTERM");
   assert.ok(await eventually(async () => (await fetch(`${s.base}/health`)).status === 503));
   const refused = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
     .then(() => null, (e) => e);
   assert.equal(refused?.status, 503);
-  running.controller.abort();
-  await queued;
+  // After the 2 s drain: the stream ends with an error event (the client throws it) and the
+  // queued request is answered 503, both before the server exits.
+  let streamError = null;
+  try {
+    while (!(await running.it.next()).done);
+  } catch (e) {
+    streamError = e;
+  }
+  assert.ok(streamError instanceof OpenAI.APIError, `${streamError}`);
+  assert.match(streamError.message, /shut down before the request finished/);
+  const answer = await queued;
+  assert.equal(answer.status, 503);
+  assert.equal((await answer.json()).error.code, "unavailable");
 });
 
 test("a client that disconnects mid-stream cancels its request and frees its pages", async () => {

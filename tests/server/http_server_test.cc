@@ -115,8 +115,8 @@ class HttpServerTest : public ::testing::Test {
 
   std::atomic<int> disconnects_{0};
   std::mutex mu_;
-  std::shared_ptr<Exchange> held_;
   std::unique_ptr<HttpServer> server_;
+  std::shared_ptr<Exchange> held_;  // released before the server, as HttpServer requires
 };
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
@@ -251,6 +251,36 @@ TEST_F(HttpServerTest, StreamIsChunkedAndAHangUpMidStreamIsReported) {
   wait_for_disconnects(1);
   EXPECT_EQ(disconnects_, 1);
   held()->send("data: two\n\n");  // after the hang-up: dropped, no crash
+}
+
+TEST_F(HttpServerTest, AnHttp10StreamIsUnchunkedAndEndsWithTheConnection) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /stream HTTP/1.0\r\n\r\n"));
+  for (int i = 0; i < 200 && !held(); ++i) std::this_thread::sleep_for(10ms);
+  held()->send("data: a\n\n");
+  held()->end();
+  std::string got = read_until_close(fd, 3000ms);
+  EXPECT_EQ(got.find("Transfer-Encoding"), std::string::npos) << got;
+  EXPECT_TRUE(got.ends_with("\r\n\r\ndata: a\n\n")) << got;
+  close(fd);
+}
+
+TEST_F(HttpServerTest, ShutdownLetsAResponseInProgressFinish) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (int i = 0; i < 200 && !held(); ++i) std::this_thread::sleep_for(10ms);
+  std::shared_ptr<Exchange> ex = std::exchange(held_, nullptr);
+  ASSERT_TRUE(ex);
+  ex->send("data: last\n\n");
+  ex->end();
+  ex.reset();
+  server_.reset();
+  std::string got = read_until_close(fd, 3000ms);
+  EXPECT_NE(got.find("data: last"), std::string::npos) << got;
+  EXPECT_TRUE(got.ends_with("0\r\n\r\n")) << got;
+  close(fd);
 }
 
 TEST_F(HttpServerTest, AClientThatDoesNotReadIsDroppedAtThePendingBound) {
