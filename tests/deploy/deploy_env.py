@@ -45,6 +45,10 @@ def metrics_port():
     return port_of(serving_flags()["--metrics-address"])
 
 
+def http_port():
+    return port_of(serving_flags()["--http-address"])
+
+
 def drain_seconds():
     return int(serving_flags()["--drain-seconds"])
 
