@@ -15,7 +15,8 @@ jsons=()
 for m in "${models[@]}"; do
   name=$(basename "$m")
   "$BUILD/server/fpa-serve" --model "$m" --address "127.0.0.1:$port" \
-    --metrics-address 127.0.0.1:0 --max-prompt-tokens 16384 >"$OUT/$name.server.log" 2>&1 &
+    --metrics-address 127.0.0.1:0 --http-address 127.0.0.1:0 --max-prompt-tokens 16384 \
+    >"$OUT/$name.server.log" 2>&1 &
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT
   for _ in $(seq 100); do grep -q "listening" "$OUT/$name.server.log" && break; sleep 0.2; done

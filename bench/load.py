@@ -84,7 +84,8 @@ async def run_level(address: str, concurrency: int, n_requests: int, time_limit:
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
     cmd = [args.serve_bin, "--model", args.model, "--address", "127.0.0.1:0",
-           "--metrics-address", "127.0.0.1:0", "--max-batch", str(max(args.concurrency)),
+           "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+           "--max-batch", str(max(args.concurrency)),
            *args.server_flag]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:

@@ -1,4 +1,4 @@
-// The eviction policies behind one small interface (../shared/FPA.md section 2 for fpa; window,
+// The eviction policies behind one small interface (docs/fpa.md sections 2 and 3 for fpa; window,
 // sinks and h2o as heuristics at a budget). A rule frees the dying slots of one stream through
 // the page table and tells the kernels what they need of it; nothing outside cache/ names a
 // policy.

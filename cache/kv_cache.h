@@ -1,4 +1,4 @@
-// The paged KV cache with per-head eviction (../shared/FPA.md sections 2 and 3).
+// The paged KV cache with per-head eviction (docs/fpa.md sections 2 and 3).
 //
 // A fixed pool of pages. Each stream -- one (sequence, layer, head) -- owns a list of pages of
 // `page_slots` slots; a slot holds one key of that head: k, v, level, running minimum m, the

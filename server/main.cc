@@ -1,11 +1,13 @@
 // fpa-serve: loads a model, starts the scheduler, the gRPC server (FpaService, health,
-// reflection) and the /metrics endpoint, and serves until SIGTERM or SIGINT, then drains.
+// reflection), the /metrics endpoint and the OpenAI-compatible HTTP API, and serves until
+// SIGTERM or SIGINT, then drains.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -21,6 +23,7 @@
 #include "server/listen_socket.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
+#include "server/openai_api.h"
 #include "server/options.h"
 #include "server/scheduler.h"
 #include "server/service.h"
@@ -35,6 +38,17 @@ sigset_t stop_signals() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   return set;
+}
+
+// The name clients and dashboards know the model by: --served-model-name, else the model
+// folder's own name ("fpa-tiny" for models/fpa-tiny/).
+std::string served_model_name(const ServeOptions& o) {
+  if (!o.served_model_name.empty()) return o.served_model_name;
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::weakly_canonical(o.model, ec);
+  if (ec) dir = o.model;
+  if (dir.filename().empty()) dir = dir.parent_path();
+  return dir.filename().string();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, const Model& model,
@@ -121,9 +135,10 @@ int serve(const ServeOptions& o) {
   }
   ModelRunner runner(**model, **kv, std::move(*backend));
 
-  ServerMetrics metrics(**kv);
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http =
-      MetricsHttpServer::start(o.metrics_address, metrics.collectable());
+  const std::string model_name = served_model_name(o);
+  ServerMetrics metrics(**kv, model_name);
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http =
+      http::HttpServer::start(o.metrics_address, {}, metrics_handler(metrics.collectable()));
   if (!metrics_http.ok()) {
     std::cerr << "fpa-serve: metrics: " << metrics_http.status().message() << "\n";
     return 1;
@@ -140,6 +155,14 @@ int serve(const ServeOptions& o) {
   info.max_batch = o.max_batch;
   FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
 
+  OpenAiApi api(scheduler, metrics, {model_name, info.limits});
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
+      http::HttpServer::start(o.http_address, {}, api.handler());
+  if (!api_http.ok()) {
+    std::cerr << "fpa-serve: http: " << api_http.status().message() << "\n";
+    return 1;
+  }
+
   absl::StatusOr<GrpcEndpoint> grpc_endpoint = start_grpc(o, service);
   if (!grpc_endpoint.ok()) {
     std::cerr << "fpa-serve: " << grpc_endpoint.status().message() << "\n";
@@ -155,7 +178,9 @@ int serve(const ServeOptions& o) {
             << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages\n"
             << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
             << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
-            << (*metrics_http)->port() << " (metrics)" << std::endl;
+            << (*metrics_http)->port() << " (metrics), "
+            << o.http_address.substr(0, o.http_address.rfind(':')) << ":" << (*api_http)->port()
+            << " (http)" << std::endl;
 
   sigset_t signals = stop_signals();
   int sig = 0;
@@ -164,6 +189,7 @@ int serve(const ServeOptions& o) {
   std::cout << "fpa-serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining (at most "
             << o.drain_seconds << " s)" << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
+  api.set_draining();
   scheduler.drain(std::chrono::duration<double>(o.drain_seconds));
   grpc_endpoint->acceptor->stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,22 +14,40 @@ using prometheus::BuildHistogram;
 using prometheus::Histogram;
 using prometheus::Registry;
 
-prometheus::Gauge& gauge(Registry& r, const std::string& name, const std::string& help) {
-  return BuildGauge().Name(name).Help(help).Register(r).Add({});
+using Labels = std::map<std::string, std::string>;
+
+prometheus::Gauge& gauge(Registry& r, const std::string& name, const std::string& help,
+                         const Labels& labels = {}) {
+  return BuildGauge().Name(name).Help(help).Register(r).Add(labels);
 }
 
-prometheus::Counter& counter(Registry& r, const std::string& name, const std::string& help) {
-  return BuildCounter().Name(name).Help(help).Register(r).Add({});
+prometheus::Counter& counter(Registry& r, const std::string& name, const std::string& help,
+                             const Labels& labels = {}) {
+  return BuildCounter().Name(name).Help(help).Register(r).Add(labels);
 }
 
 Histogram& histogram(Registry& r, const std::string& name, const std::string& help,
-                     Histogram::BucketBoundaries buckets) {
-  return BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
+                     Histogram::BucketBoundaries buckets, const Labels& labels = {}) {
+  return BuildHistogram().Name(name).Help(help).Register(r).Add(labels, std::move(buckets));
 }
 
 // Latency buckets from 0.5 ms to 60 s.
 Histogram::BucketBoundaries latency_buckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+// One figure into an fpa_* metric and its vLLM twins.
+template <typename... M>
+void set_all(double v, M&... m) {
+  (m.Set(v), ...);
+}
+template <typename... M>
+void observe_all(double v, M&... m) {
+  (m.Observe(v), ...);
+}
+template <typename... M>
+void increment_all(double v, M&... m) {
+  (m.Increment(v), ...);
 }
 
 class RefreshingCollectable : public prometheus::Collectable {
@@ -47,7 +66,41 @@ class RefreshingCollectable : public prometheus::Collectable {
 
 }  // namespace
 
-ServerMetrics::ServerMetrics(const cache::KvCache& cache)
+// Two of vLLM's names are older spellings its published Grafana dashboard still queries
+// (gpu_cache_usage_perc, time_per_output_token_seconds); they carry the same values.
+struct ServerMetrics::Vllm {
+  Vllm(Registry& r, const Labels& l)
+      : kv_usage(gauge(r, "vllm:kv_cache_usage_perc", "KV pages in use / pages total (0-1)", l)),
+        gpu_cache_usage(
+            gauge(r, "vllm:gpu_cache_usage_perc", "Older name of vllm:kv_cache_usage_perc", l)),
+        running(gauge(r, "vllm:num_requests_running", "Sequences in the running batch", l)),
+        waiting(gauge(r, "vllm:num_requests_waiting", "Requests queued", l)),
+        prompt_tokens(counter(r, "vllm:prompt_tokens_total", "Prompt tokens processed", l)),
+        generation_tokens(counter(r, "vllm:generation_tokens_total", "Tokens generated", l)),
+        ttft(histogram(r, "vllm:time_to_first_token_seconds",
+                       "Request arrival to first generated token", latency_buckets(), l)),
+        itl(histogram(r, "vllm:inter_token_latency_seconds", "Between consecutive generated tokens",
+                      latency_buckets(), l)),
+        tpot(histogram(r, "vllm:time_per_output_token_seconds",
+                       "Older name of vllm:inter_token_latency_seconds", latency_buckets(), l)),
+        e2e(histogram(r, "vllm:e2e_request_latency_seconds", "Request arrival to last token",
+                      latency_buckets(), l)) {}
+
+  prometheus::Gauge& kv_usage;
+  prometheus::Gauge& gpu_cache_usage;
+  prometheus::Gauge& running;
+  prometheus::Gauge& waiting;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generation_tokens;
+  Histogram& ttft;
+  Histogram& itl;
+  Histogram& tpot;
+  Histogram& e2e;
+};
+
+ServerMetrics::~ServerMetrics() = default;
+
+ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& model_name)
     : cache_(cache),
       pages_total_(gauge(*registry_, "fpa_cache_pages_total", "Pages in the KV pool")),
       pages_in_use_(
@@ -80,14 +133,33 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache)
       preemptions_(counter(*registry_, "fpa_preemptions_total",
                            "Running requests preempted to free KV cache pages")),
       recomputed_tokens_(counter(*registry_, "fpa_recomputed_tokens_total",
-                                 "Tokens prefilled again after preemptions")) {
+                                 "Tokens prefilled again after preemptions")),
+      vllm_(std::make_unique<Vllm>(*registry_, Labels{{"model_name", model_name}})) {
   collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);
   refresh_cache_gauges();
 }
 
 void ServerMetrics::set_queue(int running, int waiting) {
-  running_.Set(running);
-  waiting_.Set(waiting);
+  set_all(running, running_, vllm_->running);
+  set_all(waiting, waiting_, vllm_->waiting);
+}
+
+void ServerMetrics::observe_ttft(double seconds) { observe_all(seconds, ttft_, vllm_->ttft); }
+
+void ServerMetrics::observe_inter_token(double seconds) {
+  observe_all(seconds, itl_, vllm_->itl, vllm_->tpot);
+}
+
+void ServerMetrics::observe_request_duration(double seconds) {
+  observe_all(seconds, duration_, vllm_->e2e);
+}
+
+void ServerMetrics::add_prompt_tokens(int64_t n) {
+  increment_all(static_cast<double>(n), prompt_tokens_, vllm_->prompt_tokens);
+}
+
+void ServerMetrics::add_generated_tokens(int64_t n) {
+  increment_all(static_cast<double>(n), generated_tokens_, vllm_->generation_tokens);
 }
 
 void ServerMetrics::count_request(int grpc_code) {
@@ -99,6 +171,8 @@ void ServerMetrics::refresh_cache_gauges() {
   cache::CacheStats s = cache_.stats();
   pages_total_.Set(static_cast<double>(s.pages_total));
   pages_in_use_.Set(static_cast<double>(s.pages_in_use));
+  double usage = s.pages_total > 0 ? static_cast<double>(s.pages_in_use) / s.pages_total : 0.0;
+  set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
   live_keys_.Set(static_cast<double>(s.live_slots));
   bytes_held_.Set(static_cast<double>(s.bytes_held()));
   bytes_full_.Set(static_cast<double>(s.bytes_full()));

@@ -1,5 +1,8 @@
 // The Prometheus metrics of docs/serving.md. Cache figures are read from KvCache::stats() at
-// scrape time; request figures are recorded by the scheduler and the gRPC layer as they happen.
+// scrape time; request figures are recorded by the scheduler and the front ends as they happen.
+// Each shared concept is exported twice, under its fpa_* name and under vLLM's name with a
+// model_name label, from the same observation, so that vLLM's dashboards and KV-aware routers
+// read fpa-serve unchanged.
 #pragma once
 
 #include <cstdint>
@@ -19,19 +22,21 @@ namespace fpa::server {
 
 class ServerMetrics {
  public:
-  explicit ServerMetrics(const cache::KvCache& cache);
+  // `model_name` labels the vllm:* series (the served model's name, as /v1/models lists it).
+  ServerMetrics(const cache::KvCache& cache, const std::string& model_name);
+  ~ServerMetrics();
 
   // What an Exposer serves: refreshes the cache gauges, then collects everything.
   std::shared_ptr<prometheus::Collectable> collectable() { return collectable_; }
 
   void set_queue(int running, int waiting);
   void count_request(int grpc_code);
-  void observe_ttft(double seconds) { ttft_.Observe(seconds); }
-  void observe_inter_token(double seconds) { itl_.Observe(seconds); }
-  void observe_request_duration(double seconds) { duration_.Observe(seconds); }
+  void observe_ttft(double seconds);
+  void observe_inter_token(double seconds);
+  void observe_request_duration(double seconds);
   void observe_live_fraction(double f) { live_fraction_.Observe(f); }
-  void add_prompt_tokens(int64_t n) { prompt_tokens_.Increment(static_cast<double>(n)); }
-  void add_generated_tokens(int64_t n) { generated_tokens_.Increment(static_cast<double>(n)); }
+  void add_prompt_tokens(int64_t n);
+  void add_generated_tokens(int64_t n);
   void add_preemption() { preemptions_.Increment(); }
   void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
 
@@ -60,6 +65,10 @@ class ServerMetrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Counter& preemptions_;
   prometheus::Counter& recomputed_tokens_;
+
+  // vLLM's names for the same figures (docs/serving.md has the mapping).
+  struct Vllm;
+  std::unique_ptr<Vllm> vllm_;
 
   std::mutex evicted_mu_;
   int64_t evicted_seen_ = 0;  // the cache's evicted count already added to keys_evicted_

@@ -1,26 +1,18 @@
-// The HTTP endpoint serving GET /metrics in Prometheus' text format.
-//
-// prometheus-cpp's own Exposer runs on civetweb, whose threads ask for a fixed 100 KiB stack;
-// once the CUDA libraries (large static TLS) are linked in, glibc refuses such threads and the
-// Exposer cannot start. This endpoint keeps prometheus-cpp's registry and text serializer and
-// answers over Boost.Beast on one thread with the default stack.
+// GET /metrics in Prometheus' text format, for the HTTP servers (server/http_server.h): the
+// metrics port serves only this, the API port serves it beside the API.
 #pragma once
 
 #include <memory>
-#include <string>
 
-#include "absl/status/statusor.h"
 #include "prometheus/collectable.h"
+#include "server/http_server.h"
 
 namespace fpa::server {
 
-class MetricsHttpServer {
- public:
-  // Listens on HOST:PORT (port 0 picks a free one) and serves until destroyed.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> start(
-      const std::string& address, std::shared_ptr<prometheus::Collectable> metrics);
-  virtual ~MetricsHttpServer() = default;
-  virtual int port() const = 0;
-};
+// Answers `exchange` and returns true when its target is /metrics; false leaves it unanswered.
+bool serve_metrics(http::Exchange& exchange, prometheus::Collectable& metrics);
+
+// A handler for the metrics port: /metrics, and 404 for anything else.
+http::Handler metrics_handler(std::shared_ptr<prometheus::Collectable> metrics);
 
 }  // namespace fpa::server

@@ -57,6 +57,12 @@ const std::vector<Flag>& flags() {
        text(&ServeOptions::address)},
       {"metrics-address", "HOST:PORT", "Prometheus /metrics HTTP address [0.0.0.0:9400]",
        text(&ServeOptions::metrics_address)},
+      {"http-address", "HOST:PORT",
+       "OpenAI-compatible HTTP API, /health and /metrics [0.0.0.0:8000]",
+       text(&ServeOptions::http_address)},
+      {"served-model-name", "NAME",
+       "the model's name in the HTTP API and the metrics' model_name [the --model folder's name]",
+       text(&ServeOptions::served_model_name)},
       {"backend", "auto|cpu|cuda", "compute backend; auto = CUDA when a device is present [auto]",
        [](ServeOptions& o, absl::string_view v) {
          if (v != "auto" && v != "cpu" && v != "cuda") return false;

@@ -13,7 +13,9 @@ struct ServeOptions {
   std::string model = "models/fpa-tiny";
   std::string address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9400";
-  std::string backend = "auto";  // auto | cpu | cuda
+  std::string http_address = "0.0.0.0:8000";
+  std::string served_model_name;  // the model directory's name when empty
+  std::string backend = "auto";   // auto | cpu | cuda
   int64_t cache_bytes = 268435456;
   std::optional<int64_t> cache_pages;
   int page_slots = 16;

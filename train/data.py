@@ -1,7 +1,7 @@
 """Training and evaluation data, built here from nothing downloaded.
 
 Three sources, mixed into fixed-length training sequences of byte tokens:
-  * passkey retrieval (FPA.md section 6): task line, repeated filler, the needle at a random depth,
+  * passkey retrieval (docs/fpa.md section 6): task line, repeated filler, the needle at a random depth,
     the question, then the answer; the answer digits carry `answer_weight` in the loss;
   * nested scopes: `a=3;{a=8;b=1;a?8}a?3` style programs where an inner block's bindings must be
     forgotten when it closes and the outer ones kept; the answers after `?` are weighted too;

@@ -1,4 +1,4 @@
-"""PyTorch reference decoder for First Passage Attention (../shared/FPA.md), naive and O(n^2).
+"""PyTorch reference decoder for First Passage Attention (docs/fpa.md), naive and O(n^2).
 
 Parameter names equal the tensor names of docs/model-format.md, so `state_dict()` is the file.
 Two ways to run a model:

@@ -1,5 +1,5 @@
 // FPA attention of one stream (sequence, layer, head) on the CPU: over the paged cache for a
-// decode token, over cached keys plus a causal prompt chunk for prefill (../shared/FPA.md
+// decode token, over cached keys plus a causal prompt chunk for prefill (docs/fpa.md
 // sections 1, 3 and 4). Softmax is beta = 0, FoX is tied levels with beta = 1.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The FPA field and levels (../shared/FPA.md section 1) for the tokens of one head.
+// The FPA field and levels (docs/fpa.md section 1) for the tokens of one head.
 #pragma once
 
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// Paged FPA attention (../../shared/FPA.md sections 1-4) and the page-pool updates.
+// Paged FPA attention (docs/fpa.md sections 1-4) and the page-pool updates.
 //
 // A warp computes one (row, head, split): its lanes take 32 keys at a time (one key each for the
 // dot product and the penalty), fold them into an online softmax, and share the value rows

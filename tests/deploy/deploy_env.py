@@ -45,6 +45,10 @@ def metrics_port():
     return port_of(serving_flags()["--metrics-address"])
 
 
+def http_port():
+    return port_of(serving_flags()["--http-address"])
+
+
 def drain_seconds():
     return int(serving_flags()["--drain-seconds"])
 
@@ -232,7 +236,7 @@ def wait_until(check, what, proc, timeout=60):
 
 def serve_argv(binary, model, grpc, metrics, *extra):
     return [str(binary), "--model", str(model), "--address", f"127.0.0.1:{grpc}",
-            "--metrics-address", f"127.0.0.1:{metrics}", *extra]
+            "--metrics-address", f"127.0.0.1:{metrics}", "--http-address", "127.0.0.1:0", *extra]
 
 
 def dockerfile_facts():

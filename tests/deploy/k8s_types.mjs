@@ -12,6 +12,9 @@ const models = {
   'v1/ConfigMap': 'V1ConfigMap',
   'autoscaling/v2/HorizontalPodAutoscaler': 'V2HorizontalPodAutoscaler',
   'policy/v1/PodDisruptionBudget': 'V1PodDisruptionBudget',
+  'v1/ServiceAccount': 'V1ServiceAccount',
+  'rbac.authorization.k8s.io/v1/Role': 'V1Role',
+  'rbac.authorization.k8s.io/v1/RoleBinding': 'V1RoleBinding',
 };
 
 const objects = JSON.parse(readFileSync(0, 'utf8'));

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from deploy_env import (DEPLOY, REPO, dockerfile_facts, drain_seconds, flag_values, grpc_port,
-                        healthcheck_command, load_yaml_docs, metrics_port, serving_flags, stage)
+                        healthcheck_command, http_port, load_yaml_docs, metrics_port,
+                        serving_flags, stage)
 
 COMPOSE = shutil.which("docker-compose")
 
@@ -40,9 +41,10 @@ def test_fpa_serve_follows_the_serving_contract():
     assert set(flags) <= set(serving_flags()), set(flags) - set(serving_flags())
     grpc = int(flags["--address"].rsplit(":", 1)[1])
     metrics = int(flags["--metrics-address"].rsplit(":", 1)[1])
-    assert (grpc, metrics) == (grpc_port(), metrics_port())
+    http = int(flags["--http-address"].rsplit(":", 1)[1])
+    assert (grpc, metrics, http) == (grpc_port(), metrics_port(), http_port())
     published = {(int(p["published"]), int(p["target"])) for p in serve["ports"]}
-    assert published == {(grpc, grpc), (metrics, metrics)}
+    assert published == {(grpc, grpc), (metrics, metrics), (http, http)}
     drain = int(flags.get("--drain-seconds", drain_seconds()))
     assert seconds(serve["stop_grace_period"]) > drain
 

@@ -19,8 +19,8 @@ import pytest
 
 from deploy_env import (BUILD, DEPLOY, REPO, Process, dockerfile_facts, flag_values,
                         fpa_serve_binary, free_port, grpc_port, health_probe_binary,
-                        healthcheck_command, instructions, metrics_port, model_for_tests, scrape,
-                        serving_flags, stage, wait_until)
+                        healthcheck_command, http_port, instructions, metrics_port,
+                        model_for_tests, scrape, serving_flags, stage, wait_until)
 
 HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
 BUILDAH = shutil.which("buildah")
@@ -92,7 +92,7 @@ def test_runtime_stage_runs_as_non_root_with_the_contract_ports(runtime):
     uid, gid = user["args"][0].split(":")
     assert int(uid) >= 1000 and int(gid) >= 1000, "numeric non-root, so runAsNonRoot can verify"
     (expose,) = instructions(runtime, "EXPOSE")
-    assert sorted(map(int, expose["args"])) == sorted([grpc_port(), metrics_port()])
+    assert sorted(map(int, expose["args"])) == sorted([grpc_port(), metrics_port(), http_port()])
     (signal_,) = instructions(runtime, "STOPSIGNAL")
     assert signal_["args"] == ["SIGTERM"]  # starts the server's drain
     entrypoint, cmd = entrypoint_and_cmd(runtime)
@@ -304,11 +304,13 @@ def in_rootfs(rootfs, userspec, argv):
 
 
 def with_loopback_ports(args, grpc, metrics):
-    """The image's arguments with its listen addresses moved to free loopback ports."""
+    """The image's arguments with its listen addresses moved to free loopback ports (the HTTP
+    API's to any free one)."""
     out = []
     for arg in args:
         out.append(arg.replace(f"0.0.0.0:{grpc_port()}", f"127.0.0.1:{grpc}")
                    .replace(f"0.0.0.0:{metrics_port()}", f"127.0.0.1:{metrics}")
+                   .replace(f"0.0.0.0:{http_port()}", "127.0.0.1:0")
                    .replace(f"127.0.0.1:{grpc_port()}", f"127.0.0.1:{grpc}"))
     return out
 
@@ -373,7 +375,8 @@ def test_image_config_is_the_dockerfiles(image, runtime):
     assert (config["Entrypoint"], config["Cmd"], config["User"]) == (entrypoint, cmd,
                                                                      user["args"][0])
     assert config["Healthcheck"]["Test"] == ["CMD", *healthcheck_command(runtime)]
-    assert set(config["ExposedPorts"]) == {f"{grpc_port()}/tcp", f"{metrics_port()}/tcp"}
+    assert set(config["ExposedPorts"]) == {f"{p}/tcp" for p in (grpc_port(), metrics_port(),
+                                                                 http_port())}
     assert config["StopSignal"] == "SIGTERM"
 
 

@@ -1,4 +1,4 @@
-"""Decoding with eviction at tau (FPA.md section 2, docs/model-format.md conventions)."""
+"""Decoding with eviction at tau (docs/fpa.md section 2, docs/model-format.md conventions)."""
 import math
 
 import pytest
@@ -90,7 +90,7 @@ def test_evicting_decode_matches_masked_parallel_forward():
 @pytest.mark.parametrize("tau", [4.0, 8.0, 12.0, 16.0])
 def test_eviction_error_is_exp_minus_tau_sized(tau):
     """One attention layer: dropping keys with penalty >= tau moves the output by at most
-    2 max|v| * L * exp(2U - tau), U bounding the scaled dot products (FPA.md section 2)."""
+    2 max|v| * L * exp(2U - tau), U bounding the scaled dot products (docs/fpa.md section 2)."""
     m = walk_model()
     attn = m.layers[0].attn
     x = m.layers[0].attn_norm(m.embed(prompt(4)[None]))

@@ -1,4 +1,4 @@
-"""The special cases of FPA.md section 1, against independent direct implementations."""
+"""The special cases of docs/fpa.md section 1, against independent direct implementations."""
 import math
 
 import torch

@@ -62,7 +62,8 @@ class Server:
         # A pool of 16384 pages unless the caller sizes it in bytes.
         pool = [] if "--cache-bytes" in flags else ["--cache-pages", "16384"]
         cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
-               "--metrics-address", "127.0.0.1:0", "--threads", "1", *pool, *flags]
+               "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+               "--threads", "1", *pool, *flags]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      preexec_fn=_start_child(nofile))
         self.port, self.metrics_port = self._wait_for_ports()

@@ -1,0 +1,312 @@
+#include "server/http_connection.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace fpa::server::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+// A refused or rejected client gets this long to finish sending before the socket closes, and
+// this many of its bytes are read and dropped: enough for it to see the answer, not a reset.
+constexpr std::chrono::seconds kLinger{2};
+constexpr size_t kMaxDiscard = 64 * 1024 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// The Exchange handed to handlers: posts every call to the connection's I/O thread, in order.
+class ConnectionExchange final : public Exchange {
+ public:
+  ConnectionExchange(std::shared_ptr<Connection> c, uint64_t id, Request r)
+      : conn_(std::move(c)), id_(id), request_(std::move(r)) {}
+
+  const Request& request() const override { return request_; }
+  void reply(int status, std::string_view content_type, std::string body) override {
+    post([status, ct = std::string(content_type), b = std::move(body)](Connection& c,
+                                                                       uint64_t id) mutable {
+      c.reply(id, status, std::move(ct), std::move(b));
+    });
+  }
+  void start_stream(std::string_view content_type) override {
+    post([ct = std::string(content_type)](Connection& c, uint64_t id) mutable {
+      c.start_stream(id, std::move(ct));
+    });
+  }
+  void send(std::string data) override {
+    post([d = std::move(data)](Connection& c, uint64_t id) mutable { c.send(id, std::move(d)); });
+  }
+  void end() override {
+    post([](Connection& c, uint64_t id) { c.end(id); });
+  }
+  void on_disconnect(std::function<void()> f) override { conn_->set_on_disconnect(std::move(f)); }
+
+ private:
+  template <typename F>
+  void post(F f) {
+    asio::post(conn_->executor(), [c = conn_, id = id_, f = std::move(f)]() mutable { f(*c, id); });
+  }
+
+  std::shared_ptr<Connection> conn_;
+  uint64_t id_;
+  Request request_;
+};
+
+bool is_parse_error(const beast::error_code& ec) {
+  return ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category();
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, const Limits& limits, const Handler& handler,
+                       int* counter, std::atomic<int>* busy, bool refused)
+    : stream_(std::move(socket)),
+      limits_(limits),
+      handler_(handler),
+      counter_(counter),
+      busy_(busy),
+      refused_(refused) {
+  ++*counter_;
+}
+
+Connection::~Connection() {
+  set_responding(false);
+  --*counter_;
+}
+
+void Connection::set_responding(bool responding) {
+  if (responding != responding_) *busy_ += responding ? 1 : -1;
+  responding_ = responding;
+}
+
+void Connection::start() {
+  if (refused_) return reject(Status::service_unavailable, "too many connections");
+  read_header();
+}
+
+void Connection::read_header() {
+  parser_.emplace();
+  parser_->header_limit(static_cast<uint32_t>(limits_.max_request_line + limits_.max_header_bytes));
+  parser_->body_limit(limits_.max_body_bytes);
+  stream_.expires_after(limits_.header_timeout);
+  bhttp::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+bool Connection::request_line_too_long() const {
+  auto data = static_cast<const char*>(buffer_.data().data());
+  std::string_view seen(data, std::min(buffer_.size(), limits_.max_request_line + 2));
+  return seen.find("\r\n") == std::string_view::npos;
+}
+
+void Connection::on_header(beast::error_code ec) {
+  if (ec == bhttp::error::header_limit) {
+    return request_line_too_long()
+               ? reject(Status::uri_too_long, "request line too long")
+               : reject(Status::request_header_fields_too_large, "header fields too large");
+  }
+  if (ec == bhttp::error::body_limit) return reject(Status::payload_too_large, "body too large");
+  if (is_parse_error(ec)) return reject(Status::bad_request, "malformed request");
+  if (ec) return close();  // timeout, or the client closed between requests
+  const auto& req = parser_->get();
+  // "METHOD SP target SP HTTP/1.1": a line that fit only because the headers were short.
+  if (req.method_string().size() + req.target().size() + 10 > limits_.max_request_line) {
+    return reject(Status::uri_too_long, "request line too long");
+  }
+  if (parser_->is_done()) return dispatch();
+  // curl asks before sending a body over 1 KiB, and waits a second for the answer otherwise.
+  if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+    stream_.expires_after(limits_.write_timeout);
+    return asio::async_write(stream_, asio::buffer(kContinue),
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec) return self->close();
+                               self->read_body();
+                             });
+  }
+  read_body();
+}
+
+void Connection::read_body() {
+  stream_.expires_after(limits_.body_timeout);
+  bhttp::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void Connection::on_body(beast::error_code ec) {
+  if (ec == bhttp::error::body_limit) return reject(Status::payload_too_large, "body too large");
+  if (is_parse_error(ec)) return reject(Status::bad_request, "malformed body");
+  if (ec) return close();
+  dispatch();
+}
+
+void Connection::dispatch() {
+  auto& req = parser_->get();
+  keep_alive_ = req.keep_alive();
+  version_ = req.version();
+  Request r{std::string(req.method_string()), std::string(req.target()), std::move(req.body())};
+  parser_.reset();
+  stream_.expires_never();  // a generation may take minutes; disconnects are watched instead
+  set_responding(true);
+  auto exchange =
+      std::make_shared<ConnectionExchange>(shared_from_this(), ++exchange_, std::move(r));
+  watch_disconnect();
+  handler_(std::move(exchange));
+}
+
+// A readable socket while a response is pending is either the client's next (pipelined) request
+// or its hang-up; a peek tells which.
+void Connection::watch_disconnect() {
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              [self = shared_from_this(), id = exchange_](beast::error_code ec) {
+                                if (ec || !self->current(id)) return;
+                                char byte;
+                                beast::error_code peek_ec;
+                                self->stream_.socket().non_blocking(true, peek_ec);
+                                size_t n = self->stream_.socket().receive(
+                                    asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+                                if (peek_ec == asio::error::would_block)
+                                  return self->watch_disconnect();
+                                if (peek_ec || n == 0) self->disconnected();
+                              });
+}
+
+void Connection::disconnected() {
+  std::function<void()> f = std::move(on_disconnect_);
+  on_disconnect_ = nullptr;
+  close();
+  if (f) f();
+}
+
+void Connection::reply(uint64_t id, int status, std::string content_type, std::string body) {
+  if (!current(id) || head_) return;
+  response_ = {};
+  response_.version(version_);
+  response_.result(static_cast<unsigned>(status));
+  response_.keep_alive(keep_alive_);
+  response_.set(bhttp::field::content_type, content_type);
+  response_.body() = std::move(body);
+  response_.prepare_payload();
+  stream_.expires_after(limits_.write_timeout);
+  bhttp::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->disconnected();
+    self->response_done();
+  });
+}
+
+void Connection::start_stream(uint64_t id, std::string content_type) {
+  if (!current(id) || head_) return;
+  head_.emplace(bhttp::status::ok, version_);
+  head_->set(bhttp::field::content_type, content_type);
+  head_->set(bhttp::field::cache_control, "no-cache");
+  // HTTP/1.0 has no chunks: the body runs until the connection closes.
+  if (version_ < 11) keep_alive_ = false;
+  head_->keep_alive(keep_alive_);
+  head_->chunked(version_ >= 11);
+  head_sr_.emplace(*head_);
+  write_in_flight_ = true;
+  stream_.expires_after(limits_.write_timeout);
+  bhttp::async_write_header(stream_, *head_sr_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->disconnected();
+                              self->write_in_flight_ = false;
+                              self->write_next_chunk();
+                            });
+}
+
+void Connection::send(uint64_t id, std::string data) {
+  if (!current(id) || !head_ || ending_) return;
+  pending_ += data;
+  // Bounded memory: a client this far behind is treated as gone.
+  if (pending_.size() > limits_.max_pending_bytes) return disconnected();
+  if (!write_in_flight_) write_next_chunk();
+}
+
+void Connection::end(uint64_t id) {
+  if (!current(id) || !head_) return;
+  ending_ = true;
+  if (!write_in_flight_) write_next_chunk();
+}
+
+void Connection::write_next_chunk() {
+  auto self = shared_from_this();
+  auto next = [self](beast::error_code ec, size_t) {
+    if (ec) return self->disconnected();
+    self->write_in_flight_ = false;
+    self->write_next_chunk();
+  };
+  stream_.expires_after(limits_.write_timeout);
+  if (!pending_.empty()) {
+    writing_ = std::exchange(pending_, {});
+    write_in_flight_ = true;
+    if (!head_->chunked()) return asio::async_write(stream_, asio::buffer(writing_), next);
+    return asio::async_write(stream_, bhttp::make_chunk(asio::buffer(writing_)), next);
+  }
+  if (!ending_) return stream_.expires_never();
+  ending_ = false;
+  if (!head_->chunked()) return response_done();
+  write_in_flight_ = true;
+  asio::async_write(stream_, bhttp::make_chunk_last(), [self](beast::error_code ec, size_t) {
+    self->write_in_flight_ = false;
+    if (ec) return self->disconnected();
+    self->response_done();
+  });
+}
+
+void Connection::response_done() {
+  set_responding(false);
+  on_disconnect_ = nullptr;
+  head_sr_.reset();
+  head_.reset();
+  beast::error_code ec;
+  stream_.socket().cancel(ec);  // the disconnect watch
+  if (keep_alive_) return read_header();
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  close();
+}
+
+void Connection::reject(Status status, std::string_view why) {
+  set_responding(false);
+  response_ = {};
+  response_.version(11);
+  response_.result(status);
+  response_.keep_alive(false);
+  response_.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+  response_.body() = std::string(why) + "\n";
+  response_.prepare_payload();
+  stream_.expires_after(limits_.write_timeout);
+  bhttp::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->linger();
+  });
+}
+
+// After an early answer the client may still be sending: read and drop its bytes for a while,
+// so that closing with unread data does not reset the connection under the answer.
+void Connection::linger() {
+  if (discarded_ == 0) {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(kLinger);
+  }
+  stream_.async_read_some(asio::buffer(discard_),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            self->discarded_ += std::max<size_t>(n, 1);
+                            if (ec || self->discarded_ > kMaxDiscard) return self->close();
+                            self->linger();
+                          });
+}
+
+void Connection::close() {
+  if (closed_) return;
+  closed_ = true;
+  set_responding(false);
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+}  // namespace fpa::server::http

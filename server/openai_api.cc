@@ -1,0 +1,106 @@
+#include "server/openai_api.h"
+
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/metrics_http.h"
+#include "server/openai_completion.h"
+#include "server/openai_request.h"
+
+namespace fpa::server {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kJson = "application/json";
+
+void reply_error(http::Exchange& exchange, const ApiError& e) {
+  exchange.reply(e.http_status, kJson, json_text(e.body()));
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+OpenAiApi::OpenAiApi(Scheduler& scheduler, ServerMetrics& metrics, OpenAiInfo info)
+    : scheduler_(scheduler),
+      metrics_(metrics),
+      collectable_(metrics.collectable()),
+      info_(std::move(info)),
+      created_(unix_now()),
+      id_prefix_(std::random_device{}()),
+      next_seed_(std::random_device{}()) {}
+
+http::Handler OpenAiApi::handler() {
+  return [this](std::shared_ptr<http::Exchange> exchange) { route(std::move(exchange)); };
+}
+
+void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
+  const http::Request& r = exchange->request();
+  if (serve_metrics(*exchange, *collectable_)) return;
+  std::string path = r.target.substr(0, r.target.find('?'));
+  const char* method = path == "/v1/completions"                   ? "POST"
+                       : path == "/v1/models" || path == "/health" ? "GET"
+                                                                   : nullptr;
+  if (method == nullptr) {
+    return reply_error(*exchange, api_error(404, "not_found", absl::StrCat(path, ": not found")));
+  }
+  if (r.method != method) {
+    return reply_error(*exchange,
+                       api_error(405, "method_not_allowed", absl::StrCat(path, ": only ", method)));
+  }
+  if (path == "/health") {
+    return exchange->reply(draining_ ? 503 : 200, "text/plain; charset=utf-8", "");
+  }
+  if (path == "/v1/models") return models(*exchange);
+  completions(std::move(exchange));
+}
+
+void OpenAiApi::models(http::Exchange& exchange) const {
+  json model = {{"id", info_.model_name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "fpa-serve"},
+                {"max_model_len", info_.limits.max_prompt_tokens}};
+  exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
+}
+
+void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
+  auto refuse = [&](const absl::Status& st) {
+    metrics_.count_request(static_cast<int>(st.code()));
+    reply_error(*exchange, api_error(st));
+  };
+  json body = json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return refuse(absl::InvalidArgumentError("body: not valid JSON"));
+  absl::StatusOr<CompletionRequest> req = parse_completion_request(body);
+  if (!req.ok()) return refuse(req.status());
+  if (req->model && *req->model != info_.model_name) {
+    metrics_.count_request(static_cast<int>(absl::StatusCode::kNotFound));
+    ApiError e = api_error(404, "model_not_found",
+                           absl::StrCat("model: '", *req->model, "' is not served here ('",
+                                        info_.model_name, "' is)"));
+    e.param = "model";
+    return reply_error(*exchange, e);
+  }
+  absl::StatusOr<GenerationParams> params = to_params(req->generate, info_.limits);
+  if (!params.ok()) return refuse(params.status());
+  if (!req->generate.has_seed()) params->sampling.seed = next_seed_++;
+  auto request = std::make_shared<Request>();
+  request->params = std::move(*params);
+  CompletionMeta meta{absl::StrFormat("cmpl-%08x%08x", id_prefix_ & 0xffffffff, next_id_++),
+                      info_.model_name,
+                      unix_now(),
+                      req->stream,
+                      req->include_usage,
+                      req->generate.logprobs()};
+  std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
+      ->start(scheduler_, std::move(request));
+}
+
+}  // namespace fpa::server

@@ -1,0 +1,49 @@
+// The OpenAI-compatible HTTP API on --http-address: POST /v1/completions, GET /v1/models,
+// GET /health, and GET /metrics beside them (vLLM serves its metrics on the API port too).
+// Requests go through the same validation (to_params) and scheduler as gRPC.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "prometheus/collectable.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/validate.h"
+
+namespace fpa::server {
+
+struct OpenAiInfo {
+  std::string model_name;  // the id /v1/models lists and requests may name
+  RequestLimits limits;
+};
+
+class OpenAiApi {
+ public:
+  OpenAiApi(Scheduler& scheduler, ServerMetrics& metrics, OpenAiInfo info);
+
+  // The handler for http::HttpServer.
+  http::Handler handler();
+  // From now on /health answers 503 (the scheduler refuses new requests with UNAVAILABLE).
+  void set_draining() { draining_ = true; }
+
+ private:
+  void route(std::shared_ptr<http::Exchange> exchange);
+  void completions(std::shared_ptr<http::Exchange> exchange);
+  void models(http::Exchange& exchange) const;
+
+  Scheduler& scheduler_;
+  ServerMetrics& metrics_;
+  std::shared_ptr<prometheus::Collectable> collectable_;
+  const OpenAiInfo info_;
+  const int64_t created_;
+  const uint64_t id_prefix_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{0};
+  std::atomic<uint64_t> next_seed_;
+};
+
+}  // namespace fpa::server

@@ -1,0 +1,59 @@
+// One POST /v1/completions in flight: the RequestSink that turns the scheduler's tokens into an
+// OpenAI completion, whole or as Server-Sent Events ending in "data: [DONE]".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/scheduler.h"
+
+namespace fpa::server {
+
+struct CompletionMeta {
+  std::string id;  // "cmpl-..."
+  std::string model;
+  int64_t created = 0;  // Unix seconds
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+};
+
+class CompletionCall final : public RequestSink,
+                             public std::enable_shared_from_this<CompletionCall> {
+ public:
+  CompletionCall(std::shared_ptr<http::Exchange> exchange, CompletionMeta meta,
+                 ServerMetrics& metrics);
+
+  // Queues `request` with this call as its sink; answers the error itself when that fails.
+  // Call on the HTTP I/O thread, inside the handler (a hang-up then cancels the request).
+  void start(Scheduler& scheduler, std::shared_ptr<Request> request);
+
+  void on_tokens(TokenChunk chunk) override;
+  void on_finish(Completion done) override;
+
+ private:
+  nlohmann::json envelope(nlohmann::json choices) const;
+  nlohmann::json choice(const std::string& text, const std::vector<int32_t>& ids,
+                        const std::vector<float>& logprobs, const char* finish_reason);
+  void send_event(const nlohmann::json& event);
+  void fail(const absl::Status& status);
+
+  std::shared_ptr<http::Exchange> exchange_;
+  const CompletionMeta meta_;
+  ServerMetrics& metrics_;
+  std::shared_ptr<CompletionCall> self_;  // alive from start() until on_finish
+  // The scheduler thread's (after start): what a whole response gathers, and the stream state.
+  std::string text_;
+  std::vector<int32_t> ids_;
+  std::vector<float> logprobs_;
+  bool streaming_ = false;
+  int64_t text_offset_ = 0;  // bytes of text before the next token, for logprobs.text_offset
+};
+
+}  // namespace fpa::server

@@ -1,0 +1,230 @@
+#include "server/openai_request.h"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fpa::server {
+namespace {
+
+using json = nlohmann::json;
+using Setter = std::function<absl::Status(const json&, CompletionRequest&)>;
+
+absl::Status bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+bool is_int32(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= std::numeric_limits<int32_t>::max();
+  if (!v.is_number_integer()) return false;
+  int64_t x = v.get<int64_t>();
+  return x >= std::numeric_limits<int32_t>::min() && x <= std::numeric_limits<int32_t>::max();
+}
+
+Setter int32_field(absl::string_view name, std::function<void(v1::GenerateRequest&, int32_t)> f) {
+  return [name, f](const json& v, CompletionRequest& r) {
+    if (!is_int32(v)) return bad(name, "must be a 32-bit integer");
+    f(r.generate, v.get<int32_t>());
+    return absl::OkStatus();
+  };
+}
+
+Setter number_field(absl::string_view name, std::function<void(v1::GenerateRequest&, float)> f) {
+  return [name, f](const json& v, CompletionRequest& r) {
+    if (!v.is_number()) return bad(name, "must be a number");
+    f(r.generate, v.get<float>());
+    return absl::OkStatus();
+  };
+}
+
+// A field the proto has no room for, accepted only at its neutral value.
+Setter neutral_only(absl::string_view name, json neutral, absl::string_view why) {
+  return [name, neutral, why](const json& v, CompletionRequest&) {
+    return v == neutral ? absl::OkStatus() : bad(name, why);
+  };
+}
+
+absl::Status set_prompt(const json& v, CompletionRequest& r) {
+  if (v.is_string()) {
+    r.generate.set_text(v.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return bad("prompt", "must be a string or an array of token ids");
+  if (v.size() == 1 && (v[0].is_string() || v[0].is_array())) return set_prompt(v[0], r);
+  auto* ids = r.generate.mutable_tokens()->mutable_ids();
+  for (const json& id : v) {
+    if (!is_int32(id)) {
+      return bad("prompt", "must be a string or an array of token ids (one prompt per request)");
+    }
+    ids->Add(id.get<int32_t>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status set_stop(const json& v, CompletionRequest& r) {
+  std::vector<json> items = v.is_array() ? v.get<std::vector<json>>() : std::vector<json>{v};
+  for (const json& s : items) {
+    if (!s.is_string()) return bad("stop", "must be a string or an array of strings");
+    r.generate.add_stop(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// logprobs: the number of alternatives per token; only the sampled token's own log-probability
+// is computed, so 0 (or true) asks for it.
+absl::Status set_logprobs(const json& v, CompletionRequest& r) {
+  if (v.is_boolean()) {
+    r.generate.set_logprobs(v.get<bool>());
+  } else if (v.is_number_integer() && v.get<int64_t>() == 0) {
+    r.generate.set_logprobs(true);
+  } else {
+    return bad("logprobs", "only 0 is supported (the sampled token's log-probability)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status set_seed(const json& v, CompletionRequest& r) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+    return bad("seed", "must be an integer >= 0");
+  }
+  r.generate.set_seed(v.get<uint64_t>());
+  return absl::OkStatus();
+}
+
+absl::Status set_stream_options(const json& v, CompletionRequest& r) {
+  if (!v.is_object()) return bad("stream_options", "must be an object");
+  for (const auto& [key, value] : v.items()) {
+    if (key != "include_usage") return bad("stream_options." + key, "unknown field");
+    if (!value.is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
+    r.include_usage = value.get<bool>();
+  }
+  return absl::OkStatus();
+}
+
+Setter bool_field(absl::string_view name, std::function<void(CompletionRequest&, bool)> f) {
+  return [name, f](const json& v, CompletionRequest& r) {
+    if (!v.is_boolean()) return bad(name, "must be a boolean");
+    f(r, v.get<bool>());
+    return absl::OkStatus();
+  };
+}
+
+Setter text_field(absl::string_view name, std::function<void(CompletionRequest&, std::string)> f) {
+  return [name, f](const json& v, CompletionRequest& r) {
+    if (!v.is_string()) return bad(name, "must be a string");
+    f(r, v.get<std::string>());
+    return absl::OkStatus();
+  };
+}
+
+const std::vector<std::pair<absl::string_view, Setter>>& fields() {
+  using G = v1::GenerateRequest;
+  static const std::vector<std::pair<absl::string_view, Setter>> kFields = {
+      {"model", text_field("model", [](auto& r, std::string s) { r.model = std::move(s); })},
+      {"prompt", set_prompt},
+      {"max_tokens", int32_field("max_tokens", [](G& g, int32_t x) { g.set_max_new_tokens(x); })},
+      {"temperature", number_field("temperature", [](G& g, float x) { g.set_temperature(x); })},
+      {"top_p", number_field("top_p", [](G& g, float x) { g.set_top_p(x); })},
+      // vLLM spells "off" -1; the proto spells it 0.
+      {"top_k", int32_field("top_k", [](G& g, int32_t x) { g.set_top_k(x == -1 ? 0 : x); })},
+      {"seed", set_seed},
+      {"stop", set_stop},
+      {"logprobs", set_logprobs},
+      {"stream", bool_field("stream", [](auto& r, bool b) { r.stream = b; })},
+      {"stream_options", set_stream_options},
+      {"ignore_eos",
+       bool_field("ignore_eos", [](auto& r, bool b) { r.generate.set_ignore_eos(b); })},
+      {"eviction_policy",
+       text_field("eviction_policy",
+                  [](auto& r, std::string s) { r.generate.set_eviction_policy(s); })},
+      {"tau", number_field("tau", [](G& g, float x) { g.set_tau(x); })},
+      {"cache_budget_fraction",
+       number_field("cache_budget_fraction",
+                    [](G& g, float x) { g.set_cache_budget_fraction(x); })},
+      {"sink_tokens", int32_field("sink_tokens", [](G& g, int32_t x) { g.set_sink_tokens(x); })},
+      {"user", text_field("user", [](auto&, std::string) {})},  // for the client's own accounting
+      {"n", neutral_only("n", 1, "only 1 completion per request")},
+      {"best_of", neutral_only("best_of", 1, "only 1")},
+      {"echo", neutral_only("echo", false, "echoing the prompt is not supported")},
+      {"presence_penalty", neutral_only("presence_penalty", 0, "penalties are not supported")},
+      {"frequency_penalty", neutral_only("frequency_penalty", 0, "penalties are not supported")},
+      {"logit_bias", neutral_only("logit_bias", json::object(), "logit_bias is not supported")},
+  };
+  return kFields;
+}
+
+// to_params names the proto's fields; these are the OpenAI names of the renamed ones.
+absl::string_view openai_name(absl::string_view proto_field) {
+  if (proto_field == "text" || proto_field == "tokens.ids") return "prompt";
+  if (proto_field == "max_new_tokens") return "max_tokens";
+  return proto_field;
+}
+
+absl::string_view type_of(int http_status) {
+  if (http_status == 429) return "rate_limit_error";
+  return http_status >= 500 ? "server_error" : "invalid_request_error";
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
+  if (!body.is_object()) return bad("body", "must be a JSON object");
+  CompletionRequest r;
+  r.generate.set_max_new_tokens(kOpenAiDefaultMaxTokens);
+  r.generate.set_temperature(kOpenAiDefaultTemperature);
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;  // null = the default, as OpenAI's clients send it
+    const Setter* set = nullptr;
+    for (const auto& [name, setter] : fields()) {
+      if (name == key) set = &setter;
+    }
+    if (set == nullptr) return bad(key, "unknown field");
+    if (absl::Status st = (*set)(value, r); !st.ok()) return st;
+  }
+  if (!body.contains("prompt")) return bad("prompt", "is required");
+  return r;
+}
+
+std::string json_text(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+nlohmann::json ApiError::body() const {
+  json param_json = param ? json(*param) : json(nullptr);
+  return {{"error", {{"message", message}, {"type", type}, {"param", param_json}, {"code", code}}}};
+}
+
+ApiError api_error(int http_status, absl::string_view code, std::string message) {
+  return {http_status, std::move(message), std::string(type_of(http_status)), std::nullopt,
+          std::string(code)};
+}
+
+ApiError api_error(const absl::Status& status) {
+  std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: {
+      ApiError e = api_error(400, "invalid_value", message);
+      if (size_t colon = message.find(": "); colon != std::string::npos) {
+        std::string field(openai_name(message.substr(0, colon)));
+        e.message = absl::StrCat(field, message.substr(colon));
+        e.param = field;
+      }
+      return e;
+    }
+    case absl::StatusCode::kResourceExhausted:
+      return api_error(429, "resource_exhausted", message);
+    case absl::StatusCode::kUnavailable:
+      return api_error(503, "unavailable", message);
+    case absl::StatusCode::kDeadlineExceeded:
+      return api_error(504, "deadline_exceeded", message);
+    case absl::StatusCode::kUnimplemented:
+      return api_error(501, "unimplemented", message);
+    default:
+      return api_error(500, "internal_error", message);
+  }
+}
+
+}  // namespace fpa::server

@@ -1,0 +1,195 @@
+// The official OpenAI client library (npm "openai") against a live fpa-serve's HTTP API.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import OpenAI from "openai";
+
+import { MODEL_NAME, eventually, startServer } from "./daemon.mjs";
+
+const servers = [];
+process.on("exit", () => servers.forEach((s) => s.stop()));
+
+async function server(...flags) {
+  const s = await startServer(...flags);
+  servers.push(s);
+  return s;
+}
+
+function clientOf(s) {
+  return new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+}
+
+const LONG_PROMPT = "The grass is green. The sky is blue. The sun is yellow. ".repeat(30);
+let shared, client;
+
+before(async () => {
+  shared = await server();
+  client = clientOf(shared);
+});
+after(() => servers.forEach((s) => s.stop()));
+
+test("a completion: greedy text, finish reason, usage with the cache figures", async () => {
+  const prompt = "The pass key is";
+  const r = await client.completions.create({
+    model: MODEL_NAME, prompt, max_tokens: 8, temperature: 0, logprobs: 0,
+  });
+  assert.equal(r.object, "text_completion");
+  assert.equal(r.model, MODEL_NAME);
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].logprobs.token_logprobs.length, 8);
+  assert.ok(r.choices[0].logprobs.token_logprobs.every((x) => x <= 0));
+  assert.equal(r.usage.prompt_tokens, 1 + prompt.length); // [BOS] + bytes
+  assert.equal(r.usage.completion_tokens, 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
+  assert.ok(r.usage.live_fraction > 0 && r.usage.live_fraction <= 1);
+  assert.ok(r.usage.cache_bytes_held > 0 && r.usage.cache_bytes_full > 0);
+  // The same prompt as token ids ([BOS] = 256, then the bytes) gives the same greedy text.
+  const ids = [256, ...Buffer.from(prompt)];
+  const again = await client.completions.create({
+    model: MODEL_NAME, prompt: ids, max_tokens: 8, temperature: 0,
+  });
+  assert.equal(again.choices[0].text, r.choices[0].text);
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), [MODEL_NAME]);
+});
+
+test("a streamed completion with usage: the same text, then usage, then [DONE]", async () => {
+  const body = { model: MODEL_NAME, prompt: "There and back again.", max_tokens: 12,
+                 temperature: 0.8, seed: 7 };
+  const whole = await client.completions.create(body);
+  const stream = await client.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", usage = null, reasons = [];
+  for await (const chunk of stream) {
+    if (chunk.choices.length) {
+      text += chunk.choices[0].text;
+      reasons.push(chunk.choices[0].finish_reason);
+    } else {
+      usage = chunk.usage;
+    }
+  }
+  assert.equal(text, whole.choices[0].text);
+  assert.equal(reasons.at(-1), whole.choices[0].finish_reason);
+  assert.ok(reasons.slice(0, -1).every((r) => r === null));
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+  assert.ok(usage.live_fraction > 0);
+  // On the wire: Server-Sent Events ending in "data: [DONE]".
+  const raw = await fetch(`${shared.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  assert.match(raw.headers.get("content-type"), /^text\/event-stream/);
+  const events = (await raw.text()).split("\n\n").filter(Boolean);
+  assert.equal(events.at(-1), "data: [DONE]");
+  assert.ok(events.slice(0, -1).every((e) => e.startsWith("data: {")));
+});
+
+test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
+  const run = (extra) => client.completions.create({
+    model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
+  });
+  const none = await run({ eviction_policy: "none" });
+  const window = await run({ eviction_policy: "window", cache_budget_fraction: 0.25 });
+  const fpa = await run({ eviction_policy: "fpa", tau: 20 });
+  const sinks = await run({ eviction_policy: "sinks", cache_budget_fraction: 0.5, sink_tokens: 4 });
+  assert.equal(none.usage.live_fraction, 1);
+  assert.ok(window.usage.live_fraction <= 0.3, `${window.usage.live_fraction}`);
+  assert.ok(sinks.usage.live_fraction <= 0.55, `${sinks.usage.live_fraction}`);
+  assert.ok(fpa.usage.live_fraction < 1, `${fpa.usage.live_fraction}`);
+  assert.ok(window.usage.cache_bytes_held < none.usage.cache_bytes_held);
+});
+
+test("a bad field is a 400 whose error names it", async () => {
+  const cases = [
+    [{ temperature: -1 }, "temperature"],
+    [{ max_tokens: 0 }, "max_tokens"],
+    [{ top_p: 2 }, "top_p"],
+    [{ eviction_policy: "lru" }, "eviction_policy"],
+    [{ tau: 0 }, "tau"],
+    [{ cache_budget_fraction: 1.5 }, "cache_budget_fraction"],
+    [{ prompt: "" }, "prompt"],
+    [{ prompt: [256, 999999] }, "prompt"],
+    [{ n: 2 }, "n"],
+    [{ logprobs: 3 }, "logprobs"],
+    [{ tempreature: 1 }, "tempreature"],
+  ];
+  for (const [extra, field] of cases) {
+    const err = await client.completions
+      .create({ model: MODEL_NAME, prompt: "x", max_tokens: 2, ...extra })
+      .then(() => null, (e) => e);
+    assert.ok(err instanceof OpenAI.BadRequestError, `${field}: ${err}`);
+    assert.equal(err.status, 400);
+    assert.equal(err.param, field);
+    assert.equal(err.type, "invalid_request_error");
+    assert.ok(err.message.includes(`${field}: `), err.message);
+  }
+  const wrongModel = await client.completions
+    .create({ model: "gpt-4", prompt: "x" }).then(() => null, (e) => e);
+  assert.ok(wrongModel instanceof OpenAI.NotFoundError);
+});
+
+// Streams a long request until its first token; returns the stream and its AbortController.
+async function longStream(c) {
+  const controller = new AbortController();
+  const stream = await c.completions.create({
+    model: MODEL_NAME, prompt: "The sky is blue. ".repeat(40), max_tokens: 100000,
+    ignore_eos: true, stream: true,
+  }, { signal: controller.signal });
+  const it = stream[Symbol.asyncIterator]();
+  await it.next();
+  return { controller, it };
+}
+
+test("a full queue is a 429; a draining server is a 503 and ends what it could not finish", async () => {
+  const s = await server("--max-batch", "1", "--max-queue", "1", "--drain-seconds", "2");
+  const c = clientOf(s);
+  const running = await longStream(c);
+  const queued = fetch(`${s.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ prompt: "queued", max_tokens: 100000, ignore_eos: true }),
+  });
+  assert.ok(await eventually(async () => (await s.metrics())["fpa_requests_waiting"] === 1));
+  const err = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
+    .then(() => null, (e) => e);
+  assert.ok(err instanceof OpenAI.RateLimitError, `${err}`);
+  assert.equal(err.status, 429);
+  assert.equal(err.type, "rate_limit_error");
+  s.proc.kill("SIGTERM");
+  assert.ok(await eventually(async () => (await fetch(`${s.base}/health`)).status === 503));
+  const refused = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
+    .then(() => null, (e) => e);
+  assert.equal(refused?.status, 503);
+  // After the 2 s drain: the stream ends with an error event (the client throws it) and the
+  // queued request is answered 503, both before the server exits.
+  let streamError = null;
+  try {
+    while (!(await running.it.next()).done);
+  } catch (e) {
+    streamError = e;
+  }
+  assert.ok(streamError instanceof OpenAI.APIError, `${streamError}`);
+  assert.match(streamError.message, /shut down before the request finished/);
+  const answer = await queued;
+  assert.equal(answer.status, 503);
+  assert.equal((await answer.json()).error.code, "unavailable");
+});
+
+test("a client that disconnects mid-stream cancels its request and frees its pages", async () => {
+  const before = await shared.metrics();
+  const cancelledBefore = before['fpa_requests_total{code="CANCELLED"}'] ?? 0;
+  const { controller, it } = await longStream(client);
+  await it.next();
+  const during = await shared.metrics();
+  assert.ok(during["fpa_cache_pages_in_use"] > 0);
+  assert.equal(during["fpa_requests_running"], 1);
+  controller.abort();
+  assert.ok(await eventually(async () => {
+    const m = await shared.metrics();
+    return m["fpa_cache_pages_in_use"] === 0 && m["fpa_requests_running"] === 0;
+  }, 5000), "pages still held after the client left");
+  const m = await shared.metrics();
+  assert.equal(m['fpa_requests_total{code="CANCELLED"}'], cancelledBefore + 1);
+  assert.equal(m["fpa_cache_live_keys"], 0);
+});
