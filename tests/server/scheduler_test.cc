@@ -228,5 +228,50 @@ TEST_F(SchedulerTest, StormOfPreemptionsAndCancellationsLeavesNoPage) {
   expect_empty();
 }
 
+// A conversation's second turn starts from the first turn's cached state and gives the tokens a
+// cold run of the whole prompt gives.
+TEST_F(SchedulerTest, PrefixCacheHitEqualsAColdRun) {
+  for (const float temperature : {0.0f, 0.9f}) {
+    serve(4096, {.prefill_chunk = 16, .prefix_cache_share = 0.5});
+    scheduler_->start();
+    Job first;
+    ASSERT_TRUE(submit(first, params(prompt(37, 1), 25, cache::Policy::kFpa, temperature, 3)).ok());
+    ASSERT_TRUE(first.sink.wait().status.ok());
+    std::vector<int32_t> next = prompt(37, 1);
+    for (int32_t t : first.sink.tokens()) next.push_back(t);
+    for (int32_t t : prompt(21, 2)) next.push_back(t % 256);
+    const GenerationParams p = params(next, 30, cache::Policy::kFpa, temperature, 4);
+    Job second;
+    ASSERT_TRUE(submit(second, p).ok());
+    const Completion& done = second.sink.wait();
+    ASSERT_TRUE(done.status.ok()) << done.status;
+    // The first turn's prompt and output but its last token were cached at its end.
+    EXPECT_EQ(done.usage.cached_tokens, 37 + static_cast<int64_t>(first.sink.tokens().size()) - 1);
+    EXPECT_EQ(second.sink.tokens(), solo(p, 16)) << "temperature " << temperature;
+    const cache::PrefixCacheStats st = scheduler_->prefix_cache()->stats();
+    EXPECT_GT(st.snapshots, 0);
+    EXPECT_EQ(st.hit_tokens, done.usage.cached_tokens);
+    expect_empty();  // draining flushes the snapshots
+  }
+}
+
+// Snapshots are reclaimable: a request that fits the pool alone never fails for them.
+TEST_F(SchedulerTest, CachedPrefixesGiveWayToARequestThatFits) {
+  serve(140, {.prefix_cache_share = 0.9});  // 8 streams: 17 pages each
+  scheduler_->start();
+  for (int i = 0; i < 6; ++i) {
+    Job j;
+    ASSERT_TRUE(submit(j, params(prompt(40, 10 + i), 8, cache::Policy::kNone)).ok());
+    ASSERT_TRUE(j.sink.wait().status.ok());
+  }
+  EXPECT_GT(scheduler_->prefix_cache()->stats().pages, 0);
+  Job big;  // 16 pages a stream, alone
+  ASSERT_TRUE(submit(big, params(prompt(200, 30), 50, cache::Policy::kNone)).ok());
+  const Completion& done = big.sink.wait();
+  EXPECT_TRUE(done.status.ok()) << done.status;
+  EXPECT_GT(scheduler_->prefix_cache()->stats().evictions, 0);
+  expect_empty();
+}
+
 }  // namespace
 }  // namespace fpa::server

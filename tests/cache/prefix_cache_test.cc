@@ -1,0 +1,172 @@
+// Forks and the prefix cache: a fork is the same state and goes on exactly as its source does;
+// the radix tree finds the longest cached prefix of one policy only, keeps to its share by
+// dropping the least recently used snapshot, and leaves no page behind when flushed.
+#include "cache/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "tests/cache/cache_test_util.h"
+
+namespace fpa::cache {
+namespace {
+
+using testing::expect_consistent;
+using testing::key_data;
+using testing::live_keys;
+
+const CacheShape kShape{.n_layers = 2, .n_heads = 2, .head_dim = 4, .page_slots = 4};
+
+PolicyConfig policy(Policy p, float tau = 2.0f) {
+  PolicyConfig c;
+  c.policy = p;
+  c.tau = tau;
+  c.budget_fraction = 0.5f;
+  return c;
+}
+
+// One decode step of every stream with a random field (the same draws for every caller of the
+// same rng state).
+void step(KvCache& cache, SeqId seq, int32_t pos, std::mt19937& rng) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int l = 0; l < kShape.n_layers; ++l) {
+    for (int h = 0; h < kShape.n_heads; ++h) {
+      const float phi = cache.last_phi(seq, l, h) + n(rng);
+      cache.evict_for_step(seq, l, h, phi, 1.0f, pos);
+      const auto k = key_data(kShape.head_dim, pos, 1.0f);
+      ASSERT_TRUE(cache.insert(seq, l, h, pos, phi + n(rng), k.data(), k.data()).ok());
+      cache.set_last_phi(seq, l, h, phi);
+    }
+  }
+}
+
+void expect_same_keys(KvCache& cache, SeqId a, SeqId b) {
+  for (int l = 0; l < kShape.n_layers; ++l) {
+    for (int h = 0; h < kShape.n_heads; ++h) {
+      const auto ka = live_keys(cache, a, l, h), kb = live_keys(cache, b, l, h);
+      ASSERT_EQ(ka.size(), kb.size());
+      for (auto ia = ka.begin(), ib = kb.begin(); ia != ka.end(); ++ia, ++ib) {
+        EXPECT_EQ(ia->first, ib->first);
+        EXPECT_EQ(ia->second.lvl, ib->second.lvl);
+        EXPECT_EQ(ia->second.m, ib->second.m);
+        EXPECT_EQ(ia->second.k0, ib->second.k0);
+      }
+      EXPECT_EQ(cache.last_phi(a, l, h), cache.last_phi(b, l, h));
+    }
+  }
+  EXPECT_EQ(cache.length(a), cache.length(b));
+}
+
+TEST(Fork, CopiesTheStateAndGoesOnAsItsSourceDoes) {
+  for (Policy p : {Policy::kFpa, Policy::kNone, Policy::kWindow, Policy::kSinks}) {
+    auto cache = testing::make_cache(kShape, 256);
+    const SeqId a = *cache->add_sequence(policy(p));
+    std::mt19937 rng(5);
+    for (int32_t pos = 0; pos < 40; ++pos) step(*cache, a, pos, rng);
+    const SeqId b = *cache->fork(a);
+    EXPECT_EQ(cache->pages_to_fork(a), cache->sequence_stats(b).pages);
+    expect_same_keys(*cache, a, b);
+    // The same future on both: the same live keys at every step.
+    std::mt19937 ra(9), rb(9);
+    for (int32_t pos = 40; pos < 80; ++pos) {
+      step(*cache, a, pos, ra);
+      step(*cache, b, pos, rb);
+      expect_same_keys(*cache, a, b);
+    }
+    expect_consistent(*cache, {{a, 80 * 4}, {b, 80 * 4}});
+  }
+}
+
+TEST(Fork, NeedsRoomAndChangesNothingWithout) {
+  auto cache = testing::make_cache(kShape, 10);
+  const SeqId a = *cache->add_sequence(policy(Policy::kNone));
+  std::mt19937 rng(1);
+  for (int32_t pos = 0; pos < 8; ++pos) step(*cache, a, pos, rng);  // 2 pages a stream: 8
+  const CacheStats before = cache->stats();
+  EXPECT_EQ(cache->fork(a).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cache->stats().pages_in_use, before.pages_in_use);
+  EXPECT_EQ(cache->stats().sequences, 1);
+  EXPECT_EQ(cache->fork(12345).status().code(), absl::StatusCode::kNotFound);
+}
+
+class PrefixCacheTest : public ::testing::Test {
+ protected:
+  // A sequence that has taken `tokens` (its keys are stand-ins: one decode step a token).
+  SeqId run(const std::vector<int32_t>& tokens, const PolicyConfig& p) {
+    const SeqId seq = *cache_->add_sequence(p);
+    std::mt19937 rng(3);
+    for (size_t i = 0; i < tokens.size(); ++i) step(*cache_, seq, static_cast<int32_t>(i), rng);
+    return seq;
+  }
+
+  std::unique_ptr<KvCache> cache_ = testing::make_cache(kShape, 400);
+};
+
+TEST_F(PrefixCacheTest, TakesTheLongestCachedPrefixOfItsOwnPolicy) {
+  PrefixCache prefixes(*cache_, 200);
+  const PolicyConfig fpa = policy(Policy::kFpa), other_tau = policy(Policy::kFpa, 3.0f);
+  const std::vector<int32_t> turn1{1, 2, 3, 4, 5}, turn2{1, 2, 3, 4, 5, 6, 7, 8};
+  for (const auto* t : {&turn1, &turn2}) {
+    const SeqId s = run(*t, fpa);
+    prefixes.offer(s, *t, fpa);
+    cache_->release(s);
+  }
+  EXPECT_EQ(prefixes.stats().snapshots, 2);
+  const std::vector<int32_t> turn3{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, fork{1, 2, 3, 4, 5, 9};
+  auto hit = prefixes.take(turn3, fpa);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 8);
+  const SeqId cold = run(turn2, fpa);
+  expect_same_keys(*cache_, hit->seq, cold);  // the cached state is what a cold run builds
+  auto shorter = prefixes.take(fork, fpa);
+  ASSERT_TRUE(shorter.has_value());
+  EXPECT_EQ(shorter->tokens, 5);
+  EXPECT_FALSE(prefixes.take(std::vector<int32_t>{1, 2, 3}, fpa).has_value());
+  EXPECT_FALSE(prefixes.take(turn3, other_tau).has_value());  // never across policies
+  EXPECT_FALSE(prefixes.take(turn3, policy(Policy::kNone)).has_value());
+  const PrefixCacheStats st = prefixes.stats();
+  EXPECT_EQ(st.hit_tokens, 8 + 5);
+  EXPECT_EQ(st.queried_tokens, 10 + 6 + 3 + 10 + 10);
+  for (SeqId s : {hit->seq, shorter->seq, cold}) cache_->release(s);
+  prefixes.flush();
+  EXPECT_EQ(cache_->stats().pages_in_use, 0);
+  EXPECT_EQ(cache_->stats().sequences, 0);
+  EXPECT_EQ(prefixes.stats().pages, 0);
+}
+
+TEST_F(PrefixCacheTest, KeepsToItsShareByDroppingTheLeastRecentlyUsed) {
+  const PolicyConfig none = policy(Policy::kNone);
+  // Each snapshot of 8 tokens holds 2 pages in each of 4 streams: 8 pages; the share holds two.
+  PrefixCache prefixes(*cache_, 17);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 3; ++i) prompts.push_back({100 + i, 1, 2, 3, 4, 5, 6, 7});
+  for (int i = 0; i < 2; ++i) {
+    const SeqId s = run(prompts[i], none);
+    prefixes.offer(s, prompts[i], none);
+    cache_->release(s);
+  }
+  std::vector<int32_t> longer = prompts[0];
+  longer.push_back(9);
+  auto hit = prefixes.take(longer, none);  // prompt 0 is now the most recently used
+  ASSERT_TRUE(hit.has_value());
+  cache_->release(hit->seq);
+  const SeqId s = run(prompts[2], none);
+  prefixes.offer(s, prompts[2], none);
+  cache_->release(s);
+  EXPECT_EQ(prefixes.stats().snapshots, 2);
+  EXPECT_EQ(prefixes.stats().evictions, 1);
+  EXPECT_LE(prefixes.stats().pages, 17);
+  longer = prompts[1];
+  longer.push_back(9);
+  EXPECT_FALSE(prefixes.take(longer, none).has_value());  // the least recently used went
+  EXPECT_TRUE(prefixes.reclaim_one());
+  EXPECT_TRUE(prefixes.reclaim_one());
+  EXPECT_FALSE(prefixes.reclaim_one());
+  EXPECT_EQ(cache_->stats().pages_in_use, 0);
+}
+
+}  // namespace
+}  // namespace fpa::cache
