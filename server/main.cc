@@ -64,9 +64,8 @@ absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o
   // does the bookkeeping and counts the device's bytes.
   const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots,
                                 use_cuda ? kv_bytes(CudaOptions{}) : 4};
-  int64_t pages = o.cache_pages
-                      ? *o.cache_pages
-                      : cache::KvCache::pages_for_bytes(shape, o.cache_bytes, !use_cuda);
+  int64_t pages = o.cache_pages ? *o.cache_pages
+                                : cache::KvCache::pages_for_bytes(shape, o.cache_bytes, !use_cuda);
   if (pages < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cache-bytes ", o.cache_bytes, " holds no page of this model"));
@@ -148,6 +147,7 @@ int serve(const ServeOptions& o) {
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
                        o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
                       &metrics);
+  metrics.watch_prefix_cache(scheduler.prefix_cache());
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
   info.limits = {config.vocab_size, config.bos_id, o.max_prompt_tokens, o.max_new_tokens,

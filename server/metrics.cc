@@ -98,7 +98,51 @@ struct ServerMetrics::Vllm {
   Histogram& e2e;
 };
 
+// The prefix cache's series, refreshed from its stats at scrape time (counters by their growth).
+struct ServerMetrics::Prefix {
+  Prefix(Registry& r, const Labels& l)
+      : snapshots(gauge(r, "fpa_prefix_cache_snapshots", "Cached prefix states held", {})),
+        bytes(gauge(r, "fpa_prefix_cache_bytes", "Bytes of the pages cached prefixes hold", {})),
+        queried(counter(r, "fpa_prefix_cache_queried_tokens_total",
+                        "Prompt tokens looked up in the prefix cache", {})),
+        hits(counter(r, "fpa_prefix_cache_hit_tokens_total",
+                     "Prompt tokens the prefix cache held (not prefilled)", {})),
+        evictions(
+            counter(r, "fpa_prefix_cache_evictions_total", "Cached prefixes dropped for room", {})),
+        vllm_queries(counter(r, "vllm:prefix_cache_queries_total",
+                             "Prompt tokens looked up in the prefix cache", l)),
+        vllm_hits(counter(r, "vllm:prefix_cache_hits_total",
+                          "Prompt tokens found in the prefix cache", l)) {}
+
+  void refresh(int64_t bytes_per_page) {
+    if (watched == nullptr) return;
+    const cache::PrefixCacheStats st = watched->stats();
+    snapshots.Set(static_cast<double>(st.snapshots));
+    bytes.Set(static_cast<double>(st.pages * bytes_per_page));
+    increment_all(static_cast<double>(st.queried_tokens - seen.queried_tokens), queried,
+                  vllm_queries);
+    increment_all(static_cast<double>(st.hit_tokens - seen.hit_tokens), hits, vllm_hits);
+    evictions.Increment(static_cast<double>(st.evictions - seen.evictions));
+    seen = st;
+  }
+
+  const cache::PrefixCache* watched = nullptr;
+  cache::PrefixCacheStats seen;
+  prometheus::Gauge& snapshots;
+  prometheus::Gauge& bytes;
+  prometheus::Counter& queried;
+  prometheus::Counter& hits;
+  prometheus::Counter& evictions;
+  prometheus::Counter& vllm_queries;
+  prometheus::Counter& vllm_hits;
+};
+
 ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::watch_prefix_cache(const cache::PrefixCache* prefixes) {
+  std::lock_guard lock(evicted_mu_);
+  prefix_->watched = prefixes;
+}
 
 ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& model_name)
     : cache_(cache),
@@ -134,7 +178,8 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
                            "Running requests preempted to free KV cache pages")),
       recomputed_tokens_(counter(*registry_, "fpa_recomputed_tokens_total",
                                  "Tokens prefilled again after preemptions")),
-      vllm_(std::make_unique<Vllm>(*registry_, Labels{{"model_name", model_name}})) {
+      vllm_(std::make_unique<Vllm>(*registry_, Labels{{"model_name", model_name}})),
+      prefix_(std::make_unique<Prefix>(*registry_, Labels{{"model_name", model_name}})) {
   collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);
   refresh_cache_gauges();
 }
@@ -178,6 +223,7 @@ void ServerMetrics::refresh_cache_gauges() {
   bytes_full_.Set(static_cast<double>(s.bytes_full()));
   bytes_saved_.Set(static_cast<double>(s.bytes_full() - s.bytes_held()));
   std::lock_guard lock(evicted_mu_);
+  prefix_->refresh(s.page_slots * s.bytes_per_key);
   if (s.evicted_slots > evicted_seen_) {
     keys_evicted_.Increment(static_cast<double>(s.evicted_slots - evicted_seen_));
     evicted_seen_ = s.evicted_slots;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cache/kv_cache.h"
+#include "cache/prefix_cache.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -39,6 +40,9 @@ class ServerMetrics {
   void add_generated_tokens(int64_t n);
   void add_preemption() { preemptions_.Increment(); }
   void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
+
+  // The prefix cache's figures are read at scrape time from `prefixes` (null: off).
+  void watch_prefix_cache(const cache::PrefixCache* prefixes);
 
   void refresh_cache_gauges();
 
@@ -69,8 +73,10 @@ class ServerMetrics {
   // vLLM's names for the same figures (docs/serving.md has the mapping).
   struct Vllm;
   std::unique_ptr<Vllm> vllm_;
+  struct Prefix;
+  std::unique_ptr<Prefix> prefix_;
 
-  std::mutex evicted_mu_;
+  std::mutex evicted_mu_;     // guards the figures refreshed at scrape time
   int64_t evicted_seen_ = 0;  // the cache's evicted count already added to keys_evicted_
 };
 

@@ -1,0 +1,40 @@
+"""The compressed prefix cache through gRPC and /metrics: a conversation's next turn starts from
+the cached state of the last one, gives the tokens of a cold run, and the hits show in usage,
+in the fpa_prefix_cache_* series and in vLLM's prefix-cache counters."""
+import time
+
+from conftest import solo_generate
+
+
+def test_next_turn_hits_and_equals_a_cold_run(make_server):
+    s = make_server("--prefix-cache", "0.5", "--served-model-name", "fpa-test")
+    turn = s.client.tokenize("You are a careful assistant. Tell me about rivers.")
+    cached = 0
+    for n in range(3):
+        r = s.client.generate(turn, max_new_tokens=24)
+        assert list(r.token_ids) == solo_generate(turn, max_new_tokens=24)
+        # Every turn after the first starts where the previous one ended (its last token was
+        # never fed, so it is prefilled with the new text).
+        assert r.usage.cached_tokens == cached
+        cached = len(turn) + len(r.token_ids) - 1
+        turn = turn + list(r.token_ids) + s.client.tokenize(f" And then {n}?")[1:]
+    m = s.metrics()
+    hits = m["fpa_prefix_cache_hit_tokens_total"]
+    assert hits > 0
+    assert m['vllm:prefix_cache_hits_total{model_name="fpa-test"}'] == hits
+    assert m['vllm:prefix_cache_queries_total{model_name="fpa-test"}'] == \
+        m["fpa_prefix_cache_queried_tokens_total"] > hits
+    assert m["fpa_prefix_cache_snapshots"] > 0 and m["fpa_prefix_cache_bytes"] > 0
+    # Snapshots hold pages; what runs holds none once idle.
+    deadline = time.time() + 10
+    while s.client.cache_stats().requests_running:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    assert m["fpa_cache_bytes_held"] >= m["fpa_prefix_cache_bytes"]
+
+
+def test_off_by_default(server):
+    r = server.client.generate("Hello there", max_new_tokens=4)
+    r = server.client.generate("Hello there, again", max_new_tokens=4)
+    assert r.usage.cached_tokens == 0
+    assert server.metrics()["fpa_prefix_cache_snapshots"] == 0
