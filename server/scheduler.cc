@@ -400,7 +400,6 @@ void Scheduler::record_step(const Plan& plan) {
       if (redone > 0) metrics_->add_recomputed_tokens(static_cast<int64_t>(redone));
       if (fresh_prompt > 0) metrics_->add_prompt_tokens(static_cast<int64_t>(fresh_prompt));
     }
-    if (was_prefill && !a.prefilling() && a.generated == 0) offer_prefix(a);
     // A resumed request already has the token this chunk's logits predict.
     if (a.prefilling() || (was_prefill && a.generated > 0)) continue;
     float logprob = 0;
@@ -409,6 +408,8 @@ void Scheduler::record_step(const Plan& plan) {
         runner_.model().config().vocab_size);
     int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &logprob : nullptr);
     emit(a, token, logprob);
+    // The prompt's state is cached once its first token is out, so as not to delay it.
+    if (was_prefill && a.generated == 1) offer_prefix(a);
   }
 }
 
