@@ -39,12 +39,13 @@ PrefixCache::Node* PrefixCache::root(const PolicyConfig& policy) {
   return r.get();
 }
 
-std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
-                                                  const PolicyConfig& policy) {
-  queried_ += static_cast<int64_t>(tokens.size());
+// The deepest node on `tokens`' path that holds a snapshot, or with `exact` the node of exactly
+// `tokens` (null when absent).
+PrefixCache::Node* PrefixCache::find(std::span<const int32_t> tokens, const PolicyConfig& policy,
+                                     bool exact) {
   Node* best = nullptr;
   for (Node* n = root(policy); n != nullptr;) {
-    if (n->snapshot >= 0) best = n;
+    if (n->snapshot >= 0 && (!exact || n->depth == static_cast<int64_t>(tokens.size()))) best = n;
     if (n->depth >= static_cast<int64_t>(tokens.size())) break;
     auto it = n->children.find(tokens[static_cast<size_t>(n->depth)]);
     if (it == n->children.end()) break;
@@ -56,6 +57,13 @@ std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> token
     }
     n = child;
   }
+  return best;
+}
+
+std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
+                                                  const PolicyConfig& policy) {
+  queried_ += static_cast<int64_t>(tokens.size());
+  Node* best = find(tokens, policy, /*exact=*/false);
   if (best == nullptr) return std::nullopt;
   absl::StatusOr<SeqId> seq = cache_.fork(best->snapshot);
   if (!seq.ok()) return std::nullopt;  // no room for the copy now: prefill instead
@@ -66,8 +74,12 @@ std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> token
   return Hit{*seq, best->depth};
 }
 
-void PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
-  if (tokens.empty() || max_pages_ <= 0) return;
+void PrefixCache::forget(std::span<const int32_t> tokens, const PolicyConfig& policy) {
+  if (Node* n = find(tokens, policy, /*exact=*/true)) drop(n);
+}
+
+bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
+  if (tokens.empty() || max_pages_ <= 0) return false;
   Node* n = root(policy);
   size_t at = 0;
   while (at < tokens.size()) {
@@ -102,7 +114,7 @@ void PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
     lru_.erase(n->used);
     n->used = ++clock_;
     lru_[n->used] = n;
-    return;
+    return true;
   }
   const int64_t need = cache_.pages_to_fork(seq);
   while (pages_ + need > max_pages_ && reclaim_one()) {
@@ -111,7 +123,7 @@ void PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
       pages_ + need <= max_pages_ ? cache_.fork(seq) : absl::ResourceExhaustedError("share");
   if (!snapshot.ok()) {  // skipped: leave no empty branch behind
     drop(n);
-    return;
+    return false;
   }
   n->snapshot = *snapshot;
   n->pages = need;
@@ -119,6 +131,7 @@ void PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
   lru_[n->used] = n;
   pages_ += need;
   ++snapshots_;
+  return true;
 }
 
 bool PrefixCache::reclaim_one() {

@@ -51,8 +51,10 @@ class PrefixCache {
   std::optional<Hit> take(std::span<const int32_t> tokens, const PolicyConfig& policy);
   // Offers the state of `seq`, which holds exactly `tokens`, to the cache: copied unless that
   // prefix is cached already, after dropping least recently used snapshots to stay within the
-  // share; skipped when it cannot fit.
-  void offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // share; skipped when it cannot fit. True when the state is cached afterwards.
+  bool offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // Drops the snapshot of exactly `tokens`, if any (a longer state superseded it).
+  void forget(std::span<const int32_t> tokens, const PolicyConfig& policy);
   // Drops the least recently used snapshot; false when there is none. The planner calls it
   // before it preempts a running request: cached prefixes are reclaimable memory.
   bool reclaim_one();
@@ -63,6 +65,7 @@ class PrefixCache {
  private:
   struct Node;
   Node* root(const PolicyConfig& policy);
+  Node* find(std::span<const int32_t> tokens, const PolicyConfig& policy, bool exact);
   void drop(Node* node);
 
   KvCache& cache_;

@@ -253,12 +253,11 @@ absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
 }
 
 // Offers what the request's sequence holds now (its prompt, or at its end prompt and output but
-// the last token) to the prefix cache.
-void Scheduler::offer_prefix(const Active& a) {
-  if (prefix_ && a.seq >= 0 && a.cached > 0) {
-    prefix_->offer(a.seq, std::span<const int32_t>(a.context).first(a.cached),
-                   a.req->params.policy);
-  }
+// the last token) to the prefix cache; true when it is cached.
+bool Scheduler::offer_prefix(const Active& a) {
+  return prefix_ && a.seq >= 0 && a.cached > 0 &&
+         prefix_->offer(a.seq, std::span<const int32_t>(a.context).first(a.cached),
+                        a.req->params.policy);
 }
 
 // Cancelled and expired requests leave before the step, so their pages are free for it.
@@ -457,7 +456,11 @@ void Scheduler::complete(Active& a, absl::Status status) {
   c.usage.preemptions = a.preemptions;
   c.usage.recomputed_tokens = a.recomputed;
   c.usage.cached_tokens = a.cached_prompt;
-  if (c.status.ok()) offer_prefix(a);
+  // The final state supersedes the prompt's: a conversation's next turn extends it.
+  if (c.status.ok() && a.cached > a.prompt_size() && offer_prefix(a)) {
+    prefix_->forget(std::span<const int32_t>(a.context).first(a.prompt_size()),
+                    a.req->params.policy);
+  }
   if (a.seq >= 0) {
     cache::SequenceStats s = runner_.cache().sequence_stats(a.seq);
     cache::CacheStats all = runner_.cache().stats();

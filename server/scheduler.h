@@ -77,7 +77,7 @@ class Scheduler {
   void loop();
   void admit();
   absl::StatusOr<cache::SeqId> start_sequence(Active& a);
-  void offer_prefix(const Active& a);
+  bool offer_prefix(const Active& a);
   int64_t pages_ahead(const Active& a) const;
   bool fits_beside_running(const Active& a) const;
   void reap();

@@ -130,6 +130,11 @@ TEST_F(PrefixCacheTest, TakesTheLongestCachedPrefixOfItsOwnPolicy) {
   const PrefixCacheStats st = prefixes.stats();
   EXPECT_EQ(st.hit_tokens, 8 + 5);
   EXPECT_EQ(st.queried_tokens, 10 + 6 + 3 + 10 + 10);
+  const int64_t hit_pages = cache_->sequence_stats(hit->seq).pages;
+  EXPECT_EQ(st.pages, hit_pages + cache_->pages_to_fork(shorter->seq));
+  prefixes.forget(turn1, fpa);  // superseded: only turn2's state is left
+  EXPECT_FALSE(prefixes.take(fork, fpa).has_value());
+  EXPECT_EQ(prefixes.stats().snapshots, 1);
   for (SeqId s : {hit->seq, shorter->seq, cold}) cache_->release(s);
   prefixes.flush();
   EXPECT_EQ(cache_->stats().pages_in_use, 0);
