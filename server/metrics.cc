@@ -50,6 +50,15 @@ void increment_all(double v, M&... m) {
   (m.Increment(v), ...);
 }
 
+// Token counts as vLLM buckets them: 1, 2, 5, 10, 20, 50, ... up to the longest prompt.
+Histogram::BucketBoundaries token_buckets() {
+  Histogram::BucketBoundaries b;
+  for (double scale = 1; scale <= 65536; scale *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) b.push_back(m * scale);
+  }
+  return b;
+}
+
 class RefreshingCollectable : public prometheus::Collectable {
  public:
   RefreshingCollectable(ServerMetrics& metrics, std::shared_ptr<Registry> registry)
@@ -84,7 +93,24 @@ struct ServerMetrics::Vllm {
         tpot(histogram(r, "vllm:time_per_output_token_seconds",
                        "Older name of vllm:inter_token_latency_seconds", latency_buckets(), l)),
         e2e(histogram(r, "vllm:e2e_request_latency_seconds", "Request arrival to last token",
-                      latency_buckets(), l)) {}
+                      latency_buckets(), l)),
+        prompt_len(histogram(r, "vllm:request_prompt_tokens", "Prompt tokens of a finished request",
+                             token_buckets(), l)),
+        generation_len(histogram(r, "vllm:request_generation_tokens",
+                                 "Generated tokens of a finished request", token_buckets(), l)),
+        max_generation(histogram(r, "vllm:request_max_num_generation_tokens",
+                                 "max_new_tokens of a finished request", token_buckets(), l)),
+        success(BuildCounter()
+                    .Name("vllm:request_success_total")
+                    .Help("Requests finished with OK, by finish reason")
+                    .Register(r)),
+        queue(histogram(r, "vllm:request_queue_time_seconds", "Arrival to first admission",
+                        latency_buckets(), l)),
+        prefill(histogram(r, "vllm:request_prefill_time_seconds", "First admission to first token",
+                          latency_buckets(), l)),
+        decode(histogram(r, "vllm:request_decode_time_seconds", "First token to last token",
+                         latency_buckets(), l)),
+        labels(l) {}
 
   prometheus::Gauge& kv_usage;
   prometheus::Gauge& gpu_cache_usage;
@@ -96,6 +122,14 @@ struct ServerMetrics::Vllm {
   Histogram& itl;
   Histogram& tpot;
   Histogram& e2e;
+  Histogram& prompt_len;
+  Histogram& generation_len;
+  Histogram& max_generation;
+  prometheus::Family<prometheus::Counter>& success;
+  Histogram& queue;
+  Histogram& prefill;
+  Histogram& decode;
+  const Labels labels;
 };
 
 // The prefix cache's series, refreshed from its stats at scrape time (counters by their growth).
@@ -195,8 +229,18 @@ void ServerMetrics::observe_inter_token(double seconds) {
   observe_all(seconds, itl_, vllm_->itl, vllm_->tpot);
 }
 
-void ServerMetrics::observe_request_duration(double seconds) {
-  observe_all(seconds, duration_, vllm_->e2e);
+void ServerMetrics::observe_finished(const FinishedRequest& r) {
+  observe_all(r.e2e_seconds, duration_, vllm_->e2e);
+  Vllm& v = *vllm_;
+  v.prompt_len.Observe(static_cast<double>(r.prompt_tokens));
+  v.generation_len.Observe(static_cast<double>(r.generated_tokens));
+  v.max_generation.Observe(static_cast<double>(r.max_new_tokens));
+  Labels labels = v.labels;
+  labels["finished_reason"] = r.finished_reason;
+  v.success.Add(labels).Increment();
+  v.queue.Observe(r.queue_seconds);
+  v.prefill.Observe(r.prefill_seconds);
+  v.decode.Observe(r.decode_seconds);
 }
 
 void ServerMetrics::add_prompt_tokens(int64_t n) {

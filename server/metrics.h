@@ -21,6 +21,18 @@
 
 namespace fpa::server {
 
+// A request that finished with OK, for the per-request series.
+struct FinishedRequest {
+  double e2e_seconds = 0;      // arrival to last token
+  double queue_seconds = 0;    // arrival to first admission
+  double prefill_seconds = 0;  // first admission to first token
+  double decode_seconds = 0;   // first token to last token
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t max_new_tokens = 0;
+  std::string finished_reason;  // vLLM's: "stop" (EOS or a stop sequence) or "length"
+};
+
 class ServerMetrics {
  public:
   // `model_name` labels the vllm:* series (the served model's name, as /v1/models lists it).
@@ -34,7 +46,7 @@ class ServerMetrics {
   void count_request(int grpc_code);
   void observe_ttft(double seconds);
   void observe_inter_token(double seconds);
-  void observe_request_duration(double seconds);
+  void observe_finished(const FinishedRequest& r);
   void observe_live_fraction(double f) { live_fraction_.Observe(f); }
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);

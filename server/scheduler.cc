@@ -54,6 +54,8 @@ struct Scheduler::Active {
   bool preempted = false;     // released this iteration, goes back to the queue
   Sampler sampler;            // survives preemption, so sampling continues where it stopped
   Utf8Decoder text;
+  Clock::time_point admitted;     // first admission: the end of its queue time
+  Clock::time_point first_token;  // the end of its prefill
   Clock::time_point last_token;
   FinishReason reason = FinishReason::kNone;
   bool done = false;
@@ -231,6 +233,7 @@ void Scheduler::admit() {
       continue;
     }
     a->seq = *seq;
+    if (a->admitted == Clock::time_point{}) a->admitted = Clock::now();
     running_.push_back(std::move(a));
   }
   n_running_ = static_cast<int>(running_.size());
@@ -417,6 +420,7 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
   Clock::time_point now = Clock::now();
   if (metrics_ != nullptr) {
     if (a.generated == 0) {
+      a.first_token = now;
       metrics_->observe_ttft(seconds(now - a.req->arrival));
     } else {
       metrics_->observe_inter_token(seconds(now - a.last_token));
@@ -442,6 +446,21 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
   }
   a.req->sink->on_tokens(std::move(chunk));
   if (a.reason != FinishReason::kNone) complete(a, absl::OkStatus());
+}
+
+// What the per-request series record of a request that finished with OK.
+FinishedRequest Scheduler::finished(const Active& a) const {
+  const Clock::time_point now = Clock::now();
+  FinishedRequest r;
+  r.e2e_seconds = seconds(now - a.req->arrival);
+  r.queue_seconds = seconds(a.admitted - a.req->arrival);
+  r.prefill_seconds = seconds(a.first_token - a.admitted);
+  r.decode_seconds = seconds(now - a.first_token);
+  r.prompt_tokens = static_cast<int64_t>(a.prompt_size());
+  r.generated_tokens = a.generated;
+  r.max_new_tokens = a.req->params.max_new_tokens;
+  r.finished_reason = a.reason == FinishReason::kLength ? "length" : "stop";
+  return r;
 }
 
 void Scheduler::complete(Active& a, absl::Status status) {
@@ -473,9 +492,7 @@ void Scheduler::complete(Active& a, absl::Status status) {
     a.seq = -1;
     if (metrics_ != nullptr && s.length > 0) metrics_->observe_live_fraction(c.usage.live_fraction);
   }
-  if (metrics_ != nullptr && c.status.ok()) {
-    metrics_->observe_request_duration(seconds(Clock::now() - a.req->arrival));
-  }
+  if (metrics_ != nullptr && c.status.ok()) metrics_->observe_finished(finished(a));
   a.req->sink->on_finish(std::move(c));
 }
 

@@ -89,6 +89,7 @@ class Scheduler {
   void record_step(const Plan& plan);
   void emit(Active& a, int32_t token, float logprob);
   void complete(Active& a, absl::Status status);
+  FinishedRequest finished(const Active& a) const;
   absl::Status check_fits_alone(const GenerationParams& p) const;
 
   ModelRunner& runner_;
