@@ -51,7 +51,7 @@ CompletionCall::CompletionCall(std::shared_ptr<http::Exchange> exchange, Complet
 void CompletionCall::start(Scheduler& scheduler, std::shared_ptr<Request> request) {
   request->sink = this;
   exchange_->on_disconnect([weak = std::weak_ptr<Request>(request)] {
-    if (auto r = weak.lock()) r->cancelled = true;  // the scheduler frees its pages
+    if (auto r = weak.lock()) r->cancel();  // the scheduler frees its pages
   });
   self_ = shared_from_this();
   if (absl::Status st = scheduler.submit(std::move(request)); !st.ok()) {

@@ -64,7 +64,7 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
   }
 
   void OnCancel() override {
-    if (request_) request_->cancelled = true;
+    if (request_) request_->cancel();
   }
   void OnDone() override { delete this; }
 
@@ -117,12 +117,12 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     writing_ = false;
     if (!ok) {
       broken_ = true;  // the client is gone: stop generating for it
-      request_->cancelled = true;
+      request_->cancel();
     }
     pump(lock);
   }
   void OnCancel() override {
-    if (request_) request_->cancelled = true;
+    if (request_) request_->cancel();
   }
   void OnDone() override { delete this; }
 

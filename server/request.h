@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,20 @@ struct Request {
   Clock::time_point arrival = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();
   RequestSink* sink = nullptr;
-  std::atomic<bool> cancelled{false};  // set by the gRPC layer on client cancellation
+
+  // Called by the transport when the client goes away; the scheduler frees the pages.
+  void cancel() {
+    Clock::rep none = kNotCancelled;
+    cancelled_at_.compare_exchange_strong(none, Clock::now().time_since_epoch().count());
+  }
+  bool cancelled() const { return cancelled_at_.load() != kNotCancelled; }
+  Clock::time_point cancelled_at() const {
+    return Clock::time_point(Clock::duration(cancelled_at_.load()));
+  }
+
+ private:
+  static constexpr Clock::rep kNotCancelled = std::numeric_limits<Clock::rep>::max();
+  std::atomic<Clock::rep> cancelled_at_{kNotCancelled};
 };
 
 }  // namespace fpa::server

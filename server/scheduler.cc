@@ -10,12 +10,19 @@ namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// A client's deadline runs from when it sent the call, the server's from when it read it, so the
+// client's cancellation at its deadline reaches the server up to a transit time early.
+constexpr Clock::duration kDeadlineSkew = std::chrono::milliseconds(250);
+
 // Why a request must stop now, if it must.
 absl::Status interruption(const Request& r, Clock::time_point now) {
   // gRPC cancels a call whose deadline passed, so the deadline is checked first.
   if (now > r.deadline) return absl::DeadlineExceededError("deadline exceeded");
-  if (r.cancelled) return absl::CancelledError("cancelled by the client");
-  return absl::OkStatus();
+  if (!r.cancelled()) return absl::OkStatus();
+  if (r.deadline != Clock::time_point::max() && r.cancelled_at() + kDeadlineSkew > r.deadline) {
+    return absl::DeadlineExceededError("deadline exceeded");
+  }
+  return absl::CancelledError("cancelled by the client");
 }
 
 // Pages a new sequence's first `tokens` keys take: every stream opens its own pages.

@@ -209,12 +209,12 @@ TEST_F(SchedulerTest, StormOfPreemptionsAndCancellationsLeavesNoPage) {
     const absl::Status st = submit(*job, std::move(p));
     ASSERT_TRUE(st.ok() || absl::IsResourceExhausted(st)) << st;
     if (!st.ok()) continue;
-    if (i % 3 == 0) job->request->cancelled = true;  // while it waits
+    if (i % 3 == 0) job->request->cancel();  // while it waits
     jobs.push_back(std::move(job));
   }
   for (size_t i = 1; i < jobs.size(); i += 3) {  // while it runs, or after it finished
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    jobs[i]->request->cancelled = true;
+    jobs[i]->request->cancel();
   }
   int ok = 0, cancelled = 0;
   for (auto& job : jobs) {
@@ -225,6 +225,24 @@ TEST_F(SchedulerTest, StormOfPreemptionsAndCancellationsLeavesNoPage) {
   }
   EXPECT_GT(ok, 0);
   EXPECT_GT(cancelled, 0);
+  expect_empty();
+}
+
+// A client's cancellation at its own deadline reaches the server a transit time before the
+// server's deadline: it is reported as the deadline it was, while an early one stays a cancel.
+TEST_F(SchedulerTest, CancellationAtTheDeadlineIsDeadlineExceeded) {
+  serve(4096);
+  scheduler_->start();
+  Job early, at_deadline;
+  early.request->deadline = Clock::now() + std::chrono::seconds(60);
+  at_deadline.request->deadline = Clock::now() + std::chrono::milliseconds(50);
+  for (Job* job : {&early, &at_deadline}) {
+    ASSERT_TRUE(submit(*job, params(prompt(40, 1), 2000, cache::Policy::kFpa)).ok());
+    job->request->cancel();
+  }
+  EXPECT_TRUE(absl::IsCancelled(early.sink.wait().status)) << early.sink.wait().status;
+  EXPECT_TRUE(absl::IsDeadlineExceeded(at_deadline.sink.wait().status))
+      << at_deadline.sink.wait().status;
   expect_empty();
 }
 

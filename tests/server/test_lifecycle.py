@@ -32,12 +32,21 @@ def test_cancel_frees_pages(server):
 
 
 def test_deadline_frees_pages(server):
+    wait_for(lambda: idle(server))
+    before = server.metrics().get('fpa_requests_total{code="DEADLINE_EXCEEDED"}', 0)
+    request = fpa_client.make_request("Too slow", max_new_tokens=LONG, ignore_eos=True)
+    # A deadline long enough for the server to take the call on a loaded machine (a shorter one
+    # can expire before the call reaches it) and far shorter than LONG tokens take.
+    call = server.client.stub.GenerateStream(request, timeout=3.0)
     with pytest.raises(grpc.RpcError) as e:
-        request = fpa_client.make_request("Too slow", max_new_tokens=LONG, ignore_eos=True)
-        server.client.stub.Generate(request, timeout=0.1)
+        next(call)  # the server is generating for it
+        assert server.client.cache_stats().sequences == 1
+        for _ in call:
+            pass
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_for(lambda: idle(server), timeout=2)
-    wait_for(lambda: server.metrics().get('fpa_requests_total{code="DEADLINE_EXCEEDED"}', 0) >= 1)
+    wait_for(lambda: idle(server))
+    wait_for(lambda: server.metrics().get('fpa_requests_total{code="DEADLINE_EXCEEDED"}', 0)
+             == before + 1)
 
 
 def test_queue_overflow_is_resource_exhausted(make_server):
