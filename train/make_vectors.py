@@ -27,7 +27,8 @@ PROMPT = ("The grass is green. The pass key is 71432. Remember it. 71432 is the 
           "What is the pass key? The pass key is")
 # A case longer than PROMPT reads on into the passkey test's filler (docs/fpa.md section 6); the
 # first tokens stay PROMPT's, so the short cases do not change.
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")
 TEXT = PROMPT + " " + FILLER * 3
 SMALL = dict(d_model=32, n_layers=2, n_heads=4, head_dim=16, d_ff=64, train_len=48)
 CASES = {
