@@ -60,10 +60,11 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     margin_ = f32("margin");
   }
 
-  // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages.
-  void make_cuda(bool bf16, int64_t pages = 4096) {
+  // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages; `splits` > 0
+  // forces the attention's split count.
+  void make_cuda(bool bf16, int64_t pages = 4096, int splits = 0) {
     const ModelConfig& c = model_->config();
-    const CudaOptions options{.half_precision = bf16};
+    const CudaOptions options{.half_precision = bf16, .attention_splits = splits};
     auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(options)},
                                         pages, false);
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -279,6 +280,18 @@ TEST_P(CudaParityTest, BatchedEqualsSolo) {
           kF32Tolerance)
           << "step " << i << " item " << k;
     }
+  }
+}
+
+// The split path (partial softmax states per part of the cached pages, then the combine) on every
+// case, whatever its length: decode and chunked prefill with eviction against the reference.
+// 64 parts leave most of them empty on these short sequences.
+TEST_P(CudaParityTest, ForcedSplitsMatchTheReference) {
+  for (int splits : {1, 3, 64}) {
+    make_cuda(false, 4096, splits);
+    decode_with_eviction(kF32Tolerance, kF32TieBand);
+    const std::vector<float> logits = run_chunks(*cuda_, start(*cache_, cache::Policy::kFpa), 7);
+    EXPECT_LE(rel_error(logits, f32("evict_logits")), kF32Tolerance) << "splits " << splits;
   }
 }
 
