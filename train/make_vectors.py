@@ -25,6 +25,11 @@ from reference import Config, Model, decode_steps, encode  # noqa: E402
 ROOT = os.path.dirname(HERE)
 PROMPT = ("The grass is green. The pass key is 71432. Remember it. 71432 is the pass key. "
           "What is the pass key? The pass key is")
+# A case longer than PROMPT reads on into the passkey test's filler (docs/fpa.md section 6); the
+# first tokens stay PROMPT's, so the short cases do not change.
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")
+TEXT = PROMPT + " " + FILLER * 3
 SMALL = dict(d_model=32, n_layers=2, n_heads=4, head_dim=16, d_ff=64, train_len=48)
 CASES = {
     # name: (config overrides, init overrides)
@@ -32,6 +37,11 @@ CASES = {
     "fpa_tied": (dict(attention="fpa", levels="tied"), dict(seed=2, field_bias=-0.5)),
     "fox": (dict(attention="fox", levels="tied"), dict(seed=3, field_bias=2.0)),
     "softmax": (dict(attention="softmax", levels="tied", rope_theta=10000.0), dict(seed=4)),
+    # Long enough (20 pages of 16 slots) that the CUDA backend splits a stream's cached keys
+    # (attention_splits > 1, combine_kernel), at a production head_dim; one layer and two heads
+    # keep the [T, L, H, T] tensors small.
+    "long": (dict(attention="fpa", levels="free", n_layers=1, n_heads=2, head_dim=128,
+                  train_len=320), dict(seed=5)),
 }
 TAUS = [0.5 * k for k in range(1, 81)]
 
@@ -84,8 +94,9 @@ def write_case(out_dir: str, name: str, model: Model, tokens, tau: float, meta=N
 def make_random_case(out_dir: str, name: str, tau: float | None = None) -> str:
     """Writes one random-weight case; `tau` skips the search (tests pass the committed one)."""
     cfg_over, init = CASES[name]
-    cfg = Config(**SMALL, **cfg_over)
-    tokens = torch.tensor(encode(PROMPT)[: cfg.train_len])
+    cfg = Config(**{**SMALL, **cfg_over})
+    tokens = torch.tensor(encode(TEXT)[: cfg.train_len])
+    assert len(tokens) == cfg.train_len, "TEXT is shorter than the case"
     model = random_model(cfg, **init)
     cfg.tau = pick_tau(model, tokens) if tau is None else tau
     save_model(model, os.path.join(out_dir, name), {"note": f"random weights, {init}"})

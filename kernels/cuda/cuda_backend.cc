@@ -272,7 +272,8 @@ absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> ite
 
   const int pairs = layout.rows * heads;
   const int max_keys = tables.max_count * cache_.shape().page_slots;
-  const int splits = cuda::attention_splits(pairs, max_keys);
+  const int splits = options_.attention_splits > 0 ? options_.attention_splits
+                                                   : cuda::attention_splits(pairs, max_keys);
   FPA_RETURN_IF_ERROR(
       s_.partial.reserve(static_cast<size_t>(pairs) * splits * (cfg().head_dim + 2) * 4));
   cuda::AttentionArgs a;

@@ -26,6 +26,9 @@ struct CudaOptions {
   // bf16 weights and bf16 keys/values (float32 accumulation, float32 phi, lvl, m); false keeps
   // everything float32, which the parity tests use to check eviction bit for bit.
   bool half_precision = true;
+  // Parts each (row, head) splits its cached keys into; 0 lets attention_splits() choose. Tests
+  // force it so that short sequences run the split path (and longer ones the unsplit one).
+  int attention_splits = 0;
 };
 
 // Bytes per stored key or value element of the backend's pool: the cache it runs on must be

@@ -174,8 +174,41 @@ TEST_P(ParityTest, ChunkedPrefillWithEvictionMatchesDecode) {
   check_live_sets(seq, T() - 1, tied);
 }
 
+// Prompt chunks over an existing cache in the same batches as decode tokens (kMixedPlans): every
+// row's logits, and each sequence's live sets after every batch, against the reference.
+TEST_P(ParityTest, MixedBatchesMatchTheReference) {
+  std::vector<cache::SeqId> seqs;
+  for (size_t k = 0; k < std::size(kMixedPlans); ++k) seqs.push_back(start(cache::Policy::kFpa));
+  const std::vector<float> ref = f32("evict_logits");
+  std::vector<uint8_t> tied;
+  for (int i = 0; i < T(); ++i) mark_ties(i, tied);
+  const std::vector<std::vector<Piece>> batches = mixed_batches(T());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::vector<ForwardItem> items;
+    size_t rows = 0;
+    for (const Piece& p : batches[b]) {
+      items.push_back({seqs[p.seq], std::span(tokens_).subspan(p.at, p.n), p.at});
+      rows += p.n;
+    }
+    std::vector<float> logits(rows * V());
+    ForwardTrace trace{.all_logits = true};
+    ASSERT_TRUE(backend_->forward(items, logits, &trace).ok()) << "batch " << b;
+    size_t row = 0;
+    for (const Piece& p : batches[b]) {
+      const size_t n = static_cast<size_t>(p.n) * V();
+      EXPECT_LE(
+          rel_error(std::span(logits).subspan(row * V(), n), std::span(ref).subspan(p.at * V(), n)),
+          kTolerance)
+          << "batch " << b << " sequence " << p.seq << " at " << p.at;
+      row += p.n;
+      check_live_sets(seqs[p.seq], p.at + p.n - 1, tied);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Vectors, ParityTest,
-                         ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped"));
+                         ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped",
+                                           "long"));
 
 }  // namespace
 }  // namespace fpa

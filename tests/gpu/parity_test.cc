@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/step_plan.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tests/engine/parity_util.h"
@@ -59,12 +60,13 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     margin_ = f32("margin");
   }
 
-  // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages.
-  void make_cuda(bool bf16, int64_t pages = 4096) {
+  // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages; `splits` > 0
+  // forces the attention's split count.
+  void make_cuda(bool bf16, int64_t pages = 4096, int splits = 0) {
     const ModelConfig& c = model_->config();
-    const CudaOptions options{.half_precision = bf16};
-    auto cache = cache::KvCache::create(
-        {c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(options)}, pages, false);
+    const CudaOptions options{.half_precision = bf16, .attention_splits = splits};
+    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(options)},
+                                        pages, false);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
     cuda_.reset();
@@ -136,6 +138,20 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     return std::vector<uint8_t>(static_cast<size_t>(cfg().n_layers) * cfg().n_heads * T());
   }
 
+  // Keys whose margin was within `band` at any step: a run that evicts between chunks, or in
+  // another order, may have decided them either way.
+  std::vector<uint8_t> ties_of_any_step(float band) const {
+    std::vector<uint8_t> tied = no_ties();
+    for (int i = 0; i < T(); ++i) {
+      for (int l = 0; l < cfg().n_layers; ++l)
+        for (int h = 0; h < cfg().n_heads; ++h)
+          for (int j = 0; j <= i; ++j)
+            tied[(static_cast<size_t>(l) * cfg().n_heads + h) * T() + j] |=
+                std::fabs(margin(i, l, h, j)) < band;
+    }
+    return tied;
+  }
+
   // Decodes token by token with fpa eviction, checking logits and live sets at every step.
   void decode_with_eviction(double tolerance, float band) {
     const cache::SeqId seq = start(*cache_, cache::Policy::kFpa);
@@ -204,14 +220,7 @@ TEST_P(CudaParityTest, ChunkedPrefillWithEvictionMatchesDecode) {
     const cache::SeqId seq = start(*cache_, cache::Policy::kFpa);
     const std::vector<float> logits = run_chunks(*cuda_, seq, chunk);
     EXPECT_LE(rel_error(logits, f32("evict_logits")), kF32Tolerance) << "chunk " << chunk;
-    std::vector<uint8_t> tied = no_ties();
-    for (int i = 0; i < T(); ++i) {  // ties of any step may have gone either way
-      for (int l = 0; l < cfg().n_layers; ++l)
-        for (int h = 0; h < cfg().n_heads; ++h)
-          for (int j = 0; j <= i; ++j)
-            tied[(static_cast<size_t>(l) * cfg().n_heads + h) * T() + j] |=
-                std::fabs(margin(i, l, h, j)) < kF32TieBand;
-    }
+    std::vector<uint8_t> tied = ties_of_any_step(kF32TieBand);
     EXPECT_EQ(check_live(seq, T() - 1, kF32TieBand, tied), cache_->sequence_stats(seq).live_keys);
   }
 }
@@ -274,8 +283,108 @@ TEST_P(CudaParityTest, BatchedEqualsSolo) {
   }
 }
 
+// The split path (partial softmax states per part of the cached pages, then the combine) on every
+// case, whatever its length: decode and chunked prefill with eviction against the reference.
+// 64 parts leave most of them empty on these short sequences.
+TEST_P(CudaParityTest, ForcedSplitsMatchTheReference) {
+  for (int splits : {1, 3, 64}) {
+    make_cuda(false, 4096, splits);
+    decode_with_eviction(kF32Tolerance, kF32TieBand);
+    const std::vector<float> logits = run_chunks(*cuda_, start(*cache_, cache::Policy::kFpa), 7);
+    EXPECT_LE(rel_error(logits, f32("evict_logits")), kF32Tolerance) << "splits " << splits;
+  }
+}
+
+// Chunked prefill over an existing cache inside mixed batches (kMixedPlans), against the CPU
+// backend on the same batches: every row's logits against the CPU backend's and the reference's,
+// and after every batch each stream's device live set against the device's host bookkeeping and
+// the CPU backend's cache.
+TEST_P(CudaParityTest, MixedBatchesMatchTheCpuBackend) {
+  make_cuda(false);
+  const ModelConfig& c = cfg();
+  auto cpu_cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
+  ASSERT_TRUE(cpu_cache.ok()) << cpu_cache.status();
+  auto cpu = make_cpu_backend(*model_, **cpu_cache, 2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<cache::SeqId> gpu_seqs, cpu_seqs;
+  for (size_t k = 0; k < std::size(kMixedPlans); ++k) {
+    gpu_seqs.push_back(start(*cache_, cache::Policy::kFpa));
+    cpu_seqs.push_back(start(**cpu_cache, cache::Policy::kFpa));
+  }
+  std::vector<int> done(gpu_seqs.size(), 0);
+  const std::vector<float> ref = f32("evict_logits");
+  const std::vector<uint8_t> tied = ties_of_any_step(kF32TieBand);
+  const std::vector<std::vector<Piece>> batches = mixed_batches(T());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::vector<ForwardItem> on_gpu, on_cpu;
+    size_t rows = 0;
+    for (const Piece& p : batches[b]) {
+      on_gpu.push_back({gpu_seqs[p.seq], std::span(tokens_).subspan(p.at, p.n), p.at});
+      on_cpu.push_back({cpu_seqs[p.seq], std::span(tokens_).subspan(p.at, p.n), p.at});
+      rows += p.n;
+      done[p.seq] = p.at + p.n;
+    }
+    std::vector<float> gl(rows * V()), cl(rows * V());
+    ForwardTrace trace{.all_logits = true};
+    ASSERT_TRUE(cuda_->forward(on_gpu, gl, &trace).ok()) << "batch " << b;
+    ASSERT_TRUE((*cpu)->forward(on_cpu, cl, &trace).ok()) << "batch " << b;
+    EXPECT_LE(rel_error(gl, cl), kF32Tolerance) << "batch " << b;
+    size_t row = 0;
+    for (const Piece& p : batches[b]) {
+      const size_t n = static_cast<size_t>(p.n) * V();
+      EXPECT_LE(
+          rel_error(std::span(gl).subspan(row * V(), n), std::span(ref).subspan(p.at * V(), n)),
+          kF32Tolerance)
+          << "batch " << b << " sequence " << p.seq << " at " << p.at;
+      row += p.n;
+    }
+    for (size_t k = 0; k < gpu_seqs.size(); ++k) {
+      for (int l = 0; l < c.n_layers; ++l) {
+        for (int h = 0; h < c.n_heads; ++h) {
+          auto ours = cuda_->live_positions(gpu_seqs[k], l, h);
+          ASSERT_TRUE(ours.ok()) << ours.status();
+          EXPECT_EQ(*ours, live_positions(*cache_, gpu_seqs[k], l, h)) << "device mirror vs host";
+          const std::vector<int32_t> theirs = live_positions(**cpu_cache, cpu_seqs[k], l, h);
+          for (int j = 0; j < done[k]; ++j) {
+            if (tied[(static_cast<size_t>(l) * c.n_heads + h) * T() + j]) continue;
+            EXPECT_EQ(std::binary_search(ours->begin(), ours->end(), j),
+                      std::binary_search(theirs.begin(), theirs.end(), j))
+                << "batch " << b << " sequence " << k << " layer " << l << " head " << h << " key "
+                << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Vectors, CudaParityTest,
-                         ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped"));
+                         ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped",
+                                           "long"));
+
+// Host only: the long case makes the backend split a stream's cached keys (attention_splits > 1,
+// the combine kernel) when it decodes one token, even with eviction (the fewest pages its live
+// keys can fill, at the step with the most).
+TEST(CudaParityVectors, LongCaseSplitsTheCachedKeys) {
+  auto file = SafetensorsFile::open(std::string(FPA_VECTORS_DIR) + "/long/case.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const TensorView live = *(*file)->get("live");  // [T, layers, heads, T]
+  ASSERT_EQ(live.shape.size(), 4u);
+  const int64_t steps = live.shape[0], streams = live.shape[1] * live.shape[2];
+  const int heads = static_cast<int>(live.shape[2]), slots = 16;
+  int64_t most_live = 0;
+  for (int64_t s = 0; s < steps * streams; ++s) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < live.shape[3]; ++j)
+      n += live.bytes[s * live.shape[3] + j] != std::byte{0};
+    most_live = std::max(most_live, n);
+  }
+  const int fewest_pages = static_cast<int>((most_live + slots - 1) / slots);
+  EXPECT_GE(steps, 300);
+  EXPECT_GE(cuda::attention_splits(heads, static_cast<int>(steps)), 3) << "full cache";
+  EXPECT_GE(cuda::attention_splits(heads, fewest_pages * slots), 3)
+      << "with eviction: at most " << most_live << " live keys";
+}
 
 TEST(CudaBackend, UnavailableWithoutADeviceInsteadOfCrashing) {
   if (cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
