@@ -126,6 +126,7 @@ class BudgetRule final : public EvictionRule {
 
   float threshold(float) const override { return kInf; }
   bool kernels_exclude_evicted() const override { return false; }
+  bool ranks_by_mass() const override { return policy_.policy == Policy::kH2O; }
   void track(PageTable& table, Stream& stream, int32_t gslot) override {
     const int32_t pos = table.pos(gslot);
     const bool by_age = policy_.policy != Policy::kH2O;

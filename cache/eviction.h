@@ -22,13 +22,15 @@ class EvictionRule {
   // Whether that threshold alone excludes every key the rule evicts, so a backend that never
   // learns which slots were freed (a device mirror) still attends over exactly the live keys.
   virtual bool kernels_exclude_evicted() const = 0;
+  // Whether the rule ranks keys by the attention mass they received (acc), which the kernels
+  // then have to accumulate.
+  virtual bool ranks_by_mass() const { return false; }
 
   // Registers a just-inserted slot with the stream's ordering structure.
   virtual void track(PageTable& table, Stream& stream, int32_t gslot) = 0;
   // Before the key at `pos` goes in: fpa frees keys with lvl - phi >= tau / beta; the heuristics
   // free keys until the stream holds budget(pos + 1) - 1.
-  virtual int evict_step(PageTable& table, Stream& stream, float phi, float beta,
-                         int32_t pos) = 0;
+  virtual int evict_step(PageTable& table, Stream& stream, float phi, float beta, int32_t pos) = 0;
   // After a prompt chunk ending at `end_pos` went in (`horizon_before`: the last position whose
   // field eviction had applied before it): fpa frees keys cached before the chunk with
   // lvl - min_phi >= tau / beta and the chunk's own keys with lvl - m >= tau / beta, m being

@@ -141,6 +141,9 @@ class KvCache {
   // The threshold the attention kernels exclude keys at for a head of penalty scale `beta`:
   // tau / beta under fpa (the keys it evicts are exactly those), +inf under every other policy.
   virtual float threshold(SeqId seq, float beta) const = 0;
+  // Whether the sequence's policy ranks keys by attention mass (h2o), so the kernels must add
+  // each key's probability to its acc.
+  virtual bool ranks_by_mass(SeqId seq) const = 0;
 
   // Decode-step eviction for one stream, before the new key of position `pos` goes in:
   //  kFpa: frees every live key with lvl - phi >= tau / beta (beta <= 0: none);

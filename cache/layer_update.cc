@@ -33,8 +33,8 @@ class LayerWriter {
     if (rows_.acc != nullptr && rows_.k != nullptr) {
       cache_.page(slot->page).acc[slot->slot] = at(rows_.acc, row, head);
     }
-    out_.writes.push_back(KeyWrite{slot->page * cache_.shape().page_slots + slot->slot, row, head,
-                                   pos, lvl, m});
+    out_.writes.push_back(
+        KeyWrite{slot->page * cache_.shape().page_slots + slot->slot, row, head, pos, lvl, m});
     return absl::OkStatus();
   }
 

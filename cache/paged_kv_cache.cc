@@ -185,6 +185,12 @@ class PagedKvCache final : public KvCache {
     return seq == nullptr ? std::numeric_limits<float>::infinity() : seq->rule->threshold(beta);
   }
 
+  bool ranks_by_mass(SeqId id) const override {
+    std::shared_lock lock(mu_);
+    const Sequence* seq = find(id);
+    return seq != nullptr && seq->rule->ranks_by_mass();
+  }
+
   int64_t free_pages() const override { return table_->ledger().free_pages(); }
 
   int evict_for_step(SeqId id, int layer, int head, float phi, float beta, int32_t pos) override {

@@ -100,6 +100,9 @@ class QueryRow {
   [[gnu::always_inline]] void add(float p, const float* v) {
     for (int k = 0; k < kN; ++k) row_[k] += p * load(v + 16 * k);
   }
+  void rescale(float c) {
+    for (int k = 0; k < kN; ++k) row_[k] *= c;
+  }
   void store(float* out, float scale) const {
     for (int k = 0; k < kN; ++k) {
       const Lanes r = row_[k] * scale;
@@ -117,6 +120,9 @@ class QueryRow<0> {
   QueryRow(const float* q, int dim) : q_(q), dim_(dim), row_(dim, 0.0f) {}
   float dot(const float* key) const { return fpa::cpu::dot(q_, key, dim_); }
   void add(float p, const float* v) { axpy(p, v, row_.data(), dim_); }
+  void rescale(float c) {
+    for (float& x : row_) x *= c;
+  }
   void store(float* out, float scale) const {
     for (int i = 0; i < dim_; ++i) out[i] = row_[i] * scale;
   }
@@ -127,52 +133,90 @@ class QueryRow<0> {
   std::vector<float> row_;
 };
 
+// exp of 16 lanes at once (Cephes' expf polynomial, within 2 ulp), with exp_nonpositive's cut:
+// lanes below -80, -inf among them, give 0. A libm call per key would also spill the query and
+// output registers around every call.
+[[gnu::always_inline]] inline Lanes exp_lanes(Lanes x) {
+  typedef int32_t Ints __attribute__((vector_size(64)));
+  const Lanes zero = Lanes{} + 0.0f;
+  const Lanes c = x < -80.0f ? zero - 80.0f : x;
+  // 2^n * exp(r), n = round(x / ln 2): the magic constant rounds to the nearest integer.
+  const Lanes n = (c * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const Lanes r = c - n * 0.693359375f + n * 2.12194440e-4f;
+  Lanes p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
+  Lanes scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -80.0f ? zero : p * scale;
+}
+
 // A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
-// the query and output row stay in registers across keys; D = 0 takes any size.
+// the query and output row stay in registers across keys; D = 0 takes any size. One pass over
+// the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
+// a key's k and v are read once, together; an excluded key's value is not read at all.
 template <int D>
 float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                   const CachedKeys& keys, float* out) {
   const int dim = D > 0 ? D : head_dim;
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  float* s = scratch(keys.pages.size() * ps);
+  // Scores are kept only for the attention mass, which needs the final maximum.
+  float* s = keys.add_mass ? scratch(keys.pages.size() * ps) : nullptr;
   QueryRow<D> query(q, dim);
   const float own_score = query.dot(own.k) * scale;
   float mx = own_score;
+  query.add(1.0f, own.v);
+  double z = 1.0;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
-    for (int j = 0; j < ps; ++j) {
-      float& sj = s[p * ps + j];
-      if (pv.pos[j] < 0) continue;
-      pv.m[j] = std::min(pv.m[j], phi);
-      sj =
-          dot(q, pv.k + static_cast<long>(j) * dim, dim) * scale - penalty(pen, pv.lvl[j], pv.m[j]);
-      mx = std::max(mx, sj);
-    }
-  }
-  // One pass over the values with the final maximum; probabilities stay in s for acc.
-  const float own_e = exp_nonpositive(own_score - mx);
-  query.add(own_e, own.v);
-  double z = own_e;
-  for (size_t p = 0; p < keys.pages.size(); ++p) {
-    const cache::PageView& pv = keys.pages[p];
-    for (int j = 0; j < ps; ++j) {
-      if (pv.pos[j] < 0) continue;
-      const float e = exp_nonpositive(s[p * ps + j] - mx);
-      s[p * ps + j] = e;
-      z += e;
-      query.add(e, pv.v + static_cast<long>(j) * dim);
+    for (int j0 = 0; j0 < ps; j0 += 16) {
+      const int w = std::min(16, ps - j0);
+      alignas(64) float sc[16];
+      float block_max = -kInf;
+      for (int j = 0; j < 16; ++j) {
+        const int slot = j0 + j;
+        if (j >= w || pv.pos[slot] < 0) {
+          sc[j] = -kInf;
+          continue;
+        }
+        pv.m[slot] = std::min(pv.m[slot], phi);
+        sc[j] = query.dot(pv.k + static_cast<long>(slot) * dim) * scale -
+                penalty(pen, pv.lvl[slot], pv.m[slot]);
+        block_max = std::max(block_max, sc[j]);
+      }
+      if (s != nullptr) std::copy_n(sc, w, s + p * ps + j0);
+      if (block_max == -kInf) continue;
+      if (block_max > mx) {
+        const float shrink = exp_nonpositive(mx - block_max);
+        query.rescale(shrink);
+        z *= shrink;
+        mx = block_max;
+      }
+      alignas(64) float e[16];
+      const Lanes el = exp_lanes(load(sc) - mx);
+      std::memcpy(e, &el, sizeof e);
+      z += hsum(el);
+      for (int j = 0; j < w; ++j) {
+        if (e[j] != 0.0f) query.add(e[j], pv.v + static_cast<long>(j0 + j) * dim);
+      }
     }
   }
   const float inv = static_cast<float>(1.0 / z);
   query.store(out, inv);
-  for (size_t p = 0; p < keys.pages.size(); ++p) {
-    const cache::PageView& pv = keys.pages[p];
-    for (int j = 0; j < ps; ++j) {
-      if (pv.pos[j] >= 0) pv.acc[j] += s[p * ps + j] * inv;
+  if (s != nullptr) {
+    for (size_t p = 0; p < keys.pages.size(); ++p) {
+      const cache::PageView& pv = keys.pages[p];
+      for (int j = 0; j < ps; ++j) {
+        if (pv.pos[j] >= 0) pv.acc[j] += exp_nonpositive(s[p * ps + j] - mx) * inv;
+      }
     }
   }
-  return own_e * inv;
+  return exp_nonpositive(own_score - mx) * inv;
 }
 
 // Free slots may hold anything (even NaN bits); their probability is 0, but 0 * NaN is NaN in a
@@ -204,6 +248,21 @@ void penalise_row(float* row, const Chunk& c, int t, float prefix_min, Penalty p
     seg_min = std::min(seg_min, c.phi[j]);
   }
   std::fill(chunk + t + 1, chunk + visible, -kInf);  // causal
+}
+
+// Adds a block of rows' probabilities (n_old cached, then `visible` chunk keys) to the keys'
+// attention mass.
+void add_mass(const float* s, int rows, size_t ld, const CachedKeys& keys, int visible,
+              float* chunk_acc) {
+  const int ps = keys.page_slots;
+  const size_t n_old = keys.pages.size() * ps;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = s + r * ld;
+    for (size_t p = 0; p < keys.pages.size(); ++p) {
+      for (int j = 0; j < ps; ++j) keys.pages[p].acc[j] += row[p * ps + j];
+    }
+    for (int j = 0; j < visible; ++j) chunk_acc[j] += row[n_old + j];
+  }
 }
 
 }  // namespace
@@ -258,13 +317,7 @@ void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& k
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, visible, 1.0f, s + n_old, ld,
                 c.v, c.stride, keys.pages.empty() ? 0.0f : 1.0f, o, c.stride);
-    for (int r = 0; r < rows; ++r) {  // attention mass, for h2o
-      const float* row = s + r * ld;
-      for (size_t p = 0; p < keys.pages.size(); ++p) {
-        for (int j = 0; j < ps; ++j) keys.pages[p].acc[j] += row[p * ps + j];
-      }
-      for (int j = 0; j < visible; ++j) chunk_acc[j] += row[n_old + j];
-    }
+    if (keys.add_mass) add_mass(s, rows, ld, keys, visible, chunk_acc);
   }
   for (const cache::PageView& pv : keys.pages) {
     for (int j = 0; j < ps; ++j) {

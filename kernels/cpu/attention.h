@@ -22,6 +22,9 @@ struct Penalty {
 struct CachedKeys {
   std::span<const cache::PageView> pages;
   int page_slots = 0;
+  // Whether the policy ranks keys by attention mass (h2o): only then do the kernels add each
+  // key's probability to its acc.
+  bool add_mass = true;
 };
 
 // The decode token's own key and value: not cached yet (the cache takes it after the step), and
@@ -32,8 +35,8 @@ struct OwnKey {
 };
 
 // One query over the cached keys and its own key. Updates every cached key's m = min(m, phi),
-// adds each cached key's softmax probability to its acc, writes out[head_dim] and returns the
-// own key's probability.
+// adds each cached key's softmax probability to its acc (with add_mass), writes out[head_dim]
+// and returns the own key's probability.
 float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                        const CachedKeys& keys, float* out);
 
@@ -52,9 +55,8 @@ struct Chunk {
 // Attends every chunk query over the cached keys (m = min(stored m, prefix-min of phi up to
 // the query)) and the chunk keys up to it (m = min of phi over (key, query]), leaving out the
 // keys the eviction rule excludes by then, so any chunking gives step-by-step decode's output.
-// Afterwards the
-// cached keys hold m = min(m, min phi of the chunk) and their acc grown by the chunk's
-// attention; chunk_acc[n] gets the chunk keys' accumulated probabilities.
+// Afterwards the cached keys hold m = min(m, min phi of the chunk) and, with add_mass, their acc
+// grown by the chunk's attention and chunk_acc[n] the chunk keys' accumulated probabilities.
 void prefill_attention(const Chunk& chunk, Penalty pen, int head_dim, const CachedKeys& keys,
                        float* out, float* chunk_acc);
 

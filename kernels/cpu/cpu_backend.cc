@@ -62,6 +62,7 @@ class CpuBackend : public Backend {
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
+  std::vector<char> mass_;                    // item -> whether its policy ranks keys by mass
 };
 
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
@@ -194,12 +195,15 @@ void CpuBackend::walk_field(int l, const Batch& b) {
   }
 }
 
-// Each stream's pages and the threshold its policy has the kernels exclude keys at.
+// Each stream's pages, the threshold its policy has the kernels exclude keys at and whether the
+// policy needs the keys' attention mass.
 void CpuBackend::gather_pages(int l, const Batch& b) {
   pages_.resize(b.items.size() * c_.n_heads);
   thr_.resize(pages_.size());
+  mass_.resize(b.items.size());
   const std::vector<float>& beta = model_.layers()[l].beta;
   for (size_t i = 0; i < b.items.size(); ++i) {
+    mass_[i] = cache_.ranks_by_mass(b.items[i].seq);
     for (int h = 0; h < c_.n_heads; ++h) {
       thr_[stream(i, h)] = cache_.threshold(b.items[i].seq, beta[h]);
       std::vector<PageView>& views = pages_[stream(i, h)];
@@ -224,7 +228,7 @@ void CpuBackend::attend(int l, const Batch& b) {
     const cpu::Penalty pen{beta[h], thr_[s]};
     const long off = b.offset[i];
     const long col = off * width() + h * hd;
-    const cpu::CachedKeys keys{pages_[s], page_slots};
+    const cpu::CachedKeys keys{pages_[s], page_slots, mass_[i] != 0};
     if (b.len(i) == 1) {
       const cpu::OwnKey own{k_.data() + col, v_.data() + col};
       acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
@@ -246,8 +250,8 @@ absl::Status CpuBackend::update_cache(int l, const Batch& b) {
   for (size_t i = 0; i < b.items.size(); ++i) {
     items.push_back({b.items[i].seq, b.items[i].start_pos, b.offset[i], b.len(i)});
   }
-  const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1, b.tokens(),
-                              k_.data(),   v_.data(),   width()};
+  const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1,
+                              b.tokens(),  k_.data(),   v_.data(),   width()};
   return cache::apply_layer(cache_, l, items, model_.layers()[l].beta, rows).status();
 }
 

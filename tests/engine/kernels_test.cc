@@ -146,6 +146,11 @@ std::vector<double> direct(const float* q, const std::vector<const float*>& ks,
   return out;
 }
 
+// Penalty of a key with excess lvl - m: +inf when the eviction rule excludes it.
+double pen_of(float beta, float excess, float threshold) {
+  return excess >= threshold ? INFINITY : beta * std::max(0.0f, excess);
+}
+
 // head_dim 8 takes the generic kernel, 16 and 64 the vectorised ones.
 class DecodeTest : public ::testing::TestWithParam<int> {};
 
@@ -183,12 +188,39 @@ TEST_P(DecodeTest, MatchesTheDefinitionAndUpdatesM) {
   EXPECT_NEAR(total, 1.0, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
-
-// Penalty of a key with excess lvl - m: +inf when the eviction rule excludes it.
-double pen_of(float beta, float excess, float threshold) {
-  return excess >= threshold ? INFINITY : beta * std::max(0.0f, excess);
+// A threshold that excludes some keys, and a policy that needs no attention mass: the excluded
+// keys get no weight and acc is left as it was.
+TEST_P(DecodeTest, ExcludesKeysAndLeavesAccWithoutMass) {
+  const int dim = GetParam(), n = 40;
+  const std::vector<float> k = randn(n * dim, 21), v = randn(n * dim, 22), q = randn(dim, 23);
+  const std::vector<float> lvl = randn(n, 24);
+  Pages pages(4, 16, dim);
+  const float phi = -0.2f, beta = 1.3f, threshold = 0.6f;
+  std::vector<const float*> ks, vs;
+  std::vector<double> pen;
+  for (int j = 0; j < n; ++j) {
+    const int at = j < 20 ? j : j + 7;  // an emptied stretch between the keys
+    if (j < n - 1) pages.put(at, j, &k[j * dim], &v[j * dim], lvl[j], 0.05f * j - 1.0f);
+    ks.push_back(&k[j * dim]);
+    vs.push_back(&v[j * dim]);
+    pen.push_back(j == n - 1 ? 0.0
+                             : pen_of(beta, lvl[j] - std::min(0.05f * j - 1.0f, phi), threshold));
+  }
+  ASSERT_GT(std::count(pen.begin(), pen.end(), INFINITY), 0);
+  std::fill(pages.acc.begin(), pages.acc.end(), 0.25f);
+  CachedKeys keys = pages.keys();
+  keys.add_mass = false;
+  std::vector<float> out(dim);
+  const OwnKey own{&k[(n - 1) * dim], &v[(n - 1) * dim]};
+  const float own_p =
+      decode_attention(q.data(), phi, own, Penalty{beta, threshold}, dim, keys, out.data());
+  const std::vector<double> ref = direct(q.data(), ks, vs, pen, dim);
+  for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[i], ref[i], 1e-5);
+  EXPECT_GT(own_p, 0.0f);
+  for (float a : pages.acc) EXPECT_EQ(a, 0.25f);
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
 
 // (eviction threshold, chunk length): +inf is a full cache, 0.5 makes the fpa rule exclude keys
 // part-way through the chunk; 40 rows span two blocks of the kernel's matrix products.
