@@ -12,7 +12,7 @@
 # Carry `gpu-bundle` and run tests/gpu/run.sh there. tests/gpu/bundle_check.sh checks the result.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=build-bundle
+build="build-bundle"
 name=fpa-gpu-bundle
 stage=$build/stage/$name
 out=gpu-bundle
@@ -23,6 +23,7 @@ launchers=()
 if command -v ccache >/dev/null; then
   launchers=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
+# shellcheck disable=SC2016  # $ORIGIN is for the loader, not the shell
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFPA_NATIVE=OFF \
   -DFPA_CUDA_ARCHS="80;90" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_BUILD_RPATH='$ORIGIN/../lib' \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags "${launchers[@]}" >/dev/null

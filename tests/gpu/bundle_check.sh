@@ -23,7 +23,7 @@ source "$root/manifest.sh"
 mapfile -t device_libs < <(grep -v '^#' tests/gpu/device_libs.txt)
 on_device() { printf '%s\n' "${device_libs[@]}" | grep -qxF "$1"; }
 
-binaries=($FPA_GPU_TESTS $FPA_GPU_BENCH)
+read -ra binaries <<<"$FPA_GPU_TESTS $FPA_GPU_BENCH"
 for bin in "${binaries[@]}"; do
   [[ -x $root/bin/$bin ]] || fail "$bin is not in the bundle"
 done
@@ -34,6 +34,7 @@ for elf in "$root"/bin/* "$root"/lib/*; do
   done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 done
 for bin in "$root"/bin/*; do
+  # shellcheck disable=SC2016  # the literal $ORIGIN
   readelf -d "$bin" | grep -q '(RPATH).*\$ORIGIN/\.\./lib' ||
     fail "$(basename "$bin") has no RPATH \$ORIGIN/../lib"
   # The bundled copy must win over this machine's, which the device does not have.
@@ -78,7 +79,7 @@ limit=$((64 * 1024 * 1024))
   fail "bundle $((packed >> 20)) MiB + working tree $((tree >> 20)) MiB exceed the device tool's 64 MiB"
 
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "bundle: ${#binaries[@]} binaries, $(ls "$root/lib" | wc -l) libraries, $cases vector cases;" \
+echo "bundle: ${#binaries[@]} binaries, $(find "$root/lib" -type f | wc -l) libraries, $cases vector cases;" \
   "$(mib "$packed") packed + $(mib "$tree") working tree of 64 MiB"
 if ((errors)); then
   echo "gpu bundle incomplete: $errors problem(s)"
