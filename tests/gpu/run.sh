@@ -86,7 +86,7 @@ judge() {  # label, rc, log, may_be_empty
   local label=$1 rc=$2 log=$3 ran skipped
   ran=$(sed -nE 's/^\[==========\] ([0-9]+) tests? from .* ran.*/\1/p' "$log" | tail -1)
   skipped=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?, listed below.*/\1/p' "$log" | tail -1)
-  if ((rc == 124)); then
+  if ((rc == 124 || rc == 137)); then
     failed "$label: FAIL (timed out)"
   elif ((rc != 0)); then
     failed "$label: FAIL (exit $rc)"
@@ -109,7 +109,7 @@ for test in $FPA_GPU_TESTS; do
     failed "$test: FAIL (not run: out of time)"
     continue
   fi
-  timeout "$limit" "$root/bin/$test" --gtest_color=no >"$work/$test.log" 2>&1
+  timeout -k 10 "$limit" "$root/bin/$test" --gtest_color=no >"$work/$test.log" 2>&1
   rc=$?
   { echo "===== $test (exit $rc)"; cat "$work/$test.log"; } >>"$logs/tests.log"
   judge "$test" $rc "$work/$test.log"
@@ -120,9 +120,11 @@ limit=$(allowance 200)
 if ((limit < 15)); then
   failed "$FPA_GPU_BENCH: FAIL (not run: out of time)"
 else
-  timeout "$limit" "$root/bin/$FPA_GPU_BENCH" --steps 8 >"$logs/bench.txt" 2>&1
+  timeout -k 10 "$limit" "$root/bin/$FPA_GPU_BENCH" --steps 8 >"$logs/bench.txt" 2>&1
   rc=$?
-  if ((rc != 0)); then
+  if ((rc == 124 || rc == 137)); then
+    failed "$FPA_GPU_BENCH: FAIL (timed out after ${limit}s; its figures so far are below)"
+  elif ((rc != 0)); then
     failed "$FPA_GPU_BENCH: FAIL (exit $rc)"
   elif grep -q "no CUDA device" "$logs/bench.txt"; then
     failed "$FPA_GPU_BENCH: FAIL (no CUDA device)"
@@ -150,7 +152,7 @@ for tool in memcheck racecheck; do
       continue
     fi
     log=$work/$tool-$test.log
-    FPA_CUDA_SYNC=1 timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 1 \
+    FPA_CUDA_SYNC=1 timeout -k 10 "$limit" "$sanitizer" --tool "$tool" --error-exitcode 1 \
       "$root/bin/$test" --gtest_color=no --gtest_filter="$FPA_GPU_SANITIZE_FILTER" >"$log" 2>&1
     rc=$?
     { echo "===== $tool $test (exit $rc)"; cat "$log"; } >>"$logs/sanitizer.log"
