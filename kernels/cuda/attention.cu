@@ -10,6 +10,8 @@
 #include <cmath>
 
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/launch_check.h"
+#include "model/status_macros.h"
 
 namespace fpa::cuda {
 namespace {
@@ -269,17 +271,19 @@ __global__ void commit_chunk_kernel(AttentionArgs a, PoolView pool) {
 }
 
 template <typename T>
-cudaError_t launch_attention_typed(const AttentionArgs& a, const PoolView& pool,
-                                   cudaStream_t stream) {
+absl::Status launch_attention_typed(const AttentionArgs& a, const PoolView& pool,
+                                    cudaStream_t stream) {
   const int threads = kWarpsPerBlock * kWarp;
   const int tasks = a.rows * a.n_heads * a.splits;
   attention_kernel<T>
       <<<(tasks + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(a, pool);
+  FPA_RETURN_IF_ERROR(launched("attention_kernel", stream));
   const int pairs = a.rows * a.n_heads;
   combine_kernel<<<(pairs + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(
       a, pool.head_dim);
+  FPA_RETURN_IF_ERROR(launched("combine_kernel", stream));
   commit_chunk_kernel<<<a.items * a.n_heads, 256, 0, stream>>>(a, pool);
-  return cudaGetLastError();
+  return launched("commit_chunk_kernel", stream);
 }
 
 // Resets, then writes, then moves: each a separate launch so that stream order sequences them.
@@ -335,19 +339,24 @@ __global__ void move_slots_kernel(PoolView pool, const SlotMove* moves, int n) {
 }
 
 template <typename T>
-cudaError_t launch_pool_update_typed(const PoolView& pool, const int32_t* reset_pages, int n_resets,
-                                     const KeyWrite* writes, int n_writes, const SlotMove* moves,
-                                     int n_moves, const float* qkv, int qkv_stride, int n_heads,
-                                     cudaStream_t stream) {
+absl::Status launch_pool_update_typed(const PoolView& pool, const int32_t* reset_pages,
+                                      int n_resets, const KeyWrite* writes, int n_writes,
+                                      const SlotMove* moves, int n_moves, const float* qkv,
+                                      int qkv_stride, int n_heads, cudaStream_t stream) {
   if (n_resets > 0) {
     const int n = n_resets * pool.page_slots;
     reset_pages_kernel<<<(n + 255) / 256, 256, 0, stream>>>(pool, reset_pages, n_resets);
+    FPA_RETURN_IF_ERROR(launched("reset_pages_kernel", stream));
   }
   if (n_writes > 0) {
     write_keys_kernel<T><<<n_writes, 64, 0, stream>>>(pool, writes, qkv, qkv_stride, n_heads);
+    FPA_RETURN_IF_ERROR(launched("write_keys_kernel", stream));
   }
-  if (n_moves > 0) move_slots_kernel<T><<<1, 128, 0, stream>>>(pool, moves, n_moves);
-  return cudaGetLastError();
+  if (n_moves > 0) {
+    move_slots_kernel<T><<<1, 128, 0, stream>>>(pool, moves, n_moves);
+    FPA_RETURN_IF_ERROR(launched("move_slots_kernel", stream));
+  }
+  return absl::OkStatus();
 }
 
 __device__ __forceinline__ float hash_uniform(uint32_t x) {  // in [-1, 1)
@@ -386,16 +395,17 @@ __global__ void gather_pos_kernel(PoolView pool, const int32_t* pages, int n, in
 
 }  // namespace
 
-cudaError_t launch_attention(const AttentionArgs& args, const PoolView& pool, cudaStream_t stream) {
-  if (args.rows == 0) return cudaSuccess;
+absl::Status launch_attention(const AttentionArgs& args, const PoolView& pool,
+                              cudaStream_t stream) {
+  if (args.rows == 0) return absl::OkStatus();
   return pool.type == KvType::kBf16 ? launch_attention_typed<__nv_bfloat16>(args, pool, stream)
                                     : launch_attention_typed<float>(args, pool, stream);
 }
 
-cudaError_t launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
-                               const KeyWrite* writes, int n_writes, const SlotMove* moves,
-                               int n_moves, const float* qkv, int qkv_stride, int n_heads,
-                               cudaStream_t stream) {
+absl::Status launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                                const KeyWrite* writes, int n_writes, const SlotMove* moves,
+                                int n_moves, const float* qkv, int qkv_stride, int n_heads,
+                                cudaStream_t stream) {
   return pool.type == KvType::kBf16
              ? launch_pool_update_typed<__nv_bfloat16>(pool, reset_pages, n_resets, writes,
                                                        n_writes, moves, n_moves, qkv, qkv_stride,
@@ -404,23 +414,23 @@ cudaError_t launch_pool_update(const PoolView& pool, const int32_t* reset_pages,
                                                n_moves, qkv, qkv_stride, n_heads, stream);
 }
 
-cudaError_t launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages, int32_t* out,
-                              cudaStream_t stream) {
+absl::Status launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages,
+                               int32_t* out, cudaStream_t stream) {
   const int n = n_pages * pool.page_slots;
-  if (n == 0) return cudaSuccess;
+  if (n == 0) return absl::OkStatus();
   gather_pos_kernel<<<(n + 255) / 256, 256, 0, stream>>>(pool, pages, n_pages, out);
-  return cudaGetLastError();
+  return launched("gather_pos_kernel", stream);
 }
 
-cudaError_t launch_synthetic_writes(const PoolView& pool, const KeyWrite* writes, int n_writes,
-                                    uint32_t seed, cudaStream_t stream) {
-  if (n_writes == 0) return cudaSuccess;
+absl::Status launch_synthetic_writes(const PoolView& pool, const KeyWrite* writes, int n_writes,
+                                     uint32_t seed, cudaStream_t stream) {
+  if (n_writes == 0) return absl::OkStatus();
   if (pool.type == KvType::kBf16) {
     synthetic_writes_kernel<__nv_bfloat16><<<n_writes, 64, 0, stream>>>(pool, writes, seed);
   } else {
     synthetic_writes_kernel<float><<<n_writes, 64, 0, stream>>>(pool, writes, seed);
   }
-  return cudaGetLastError();
+  return launched("synthetic_writes_kernel", stream);
 }
 
 }  // namespace fpa::cuda

@@ -179,10 +179,8 @@ absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::s
   if (layout->rows == 0) return absl::OkStatus();
   FPA_RETURN_IF_ERROR(reserve_rows(*layout, static_cast<int>(items.size())));
   FPA_RETURN_IF_ERROR(upload_layout(*layout));
-  FPA_RETURN_IF_ERROR(
-      cuda_status(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout->rows,
-                                     cfg().d_model, s_.h.as<float>(), stream_),
-                  "embed"));
+  FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout->rows,
+                                         cfg().d_model, s_.h.as<float>(), stream_));
   if (trace && trace->layer_outputs) trace->layer_outputs->assign(cfg().n_layers, {});
   for (int l = 0; l < cfg().n_layers; ++l) {
     FPA_RETURN_IF_ERROR(attention_block(l, items, *layout));
@@ -202,16 +200,14 @@ absl::Status CudaBackendImpl::attention_block(int layer, std::span<const Forward
                                               const cuda::BatchLayout& layout) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
   const int rows = layout.rows;
-  FPA_RETURN_IF_ERROR(
-      cuda_status(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.attn_norm, rows, cfg().d_model,
-                                       cfg().norm_eps, s_.x.as<float>(), stream_),
-                  "attn rmsnorm"));
+  FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.attn_norm, rows,
+                                           cfg().d_model, cfg().norm_eps, s_.x.as<float>(),
+                                           stream_));
   FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, s_.qkv.as<float>()));
   if (cfg().rope_theta > 0.0f) {  // softmax models only, by the format
-    FPA_RETURN_IF_ERROR(cuda_status(
-        cuda::launch_rope(s_.qkv.as<float>(), 3 * attn_width(), rows, cfg().n_heads, cfg().head_dim,
-                          s_.row_pos.as<int32_t>(), cfg().rope_theta, stream_),
-        "rope"));
+    FPA_RETURN_IF_ERROR(cuda::launch_rope(s_.qkv.as<float>(), 3 * attn_width(), rows, cfg().n_heads,
+                                          cfg().head_dim, s_.row_pos.as<int32_t>(),
+                                          cfg().rope_theta, stream_));
   }
   FPA_RETURN_IF_ERROR(field_walk(layer, items, layout));
   FPA_RETURN_IF_ERROR(attend(layer, items, layout));
@@ -247,7 +243,7 @@ absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem>
   f.lvl = s_.lvl.as<float>();
   f.cmin = s_.cmin.as<float>();
   f.smin = s_.smin.as<float>();
-  FPA_RETURN_IF_ERROR(cuda_status(cuda::launch_field(f, stream_), "field"));
+  FPA_RETURN_IF_ERROR(cuda::launch_field(f, stream_));
   const size_t n = static_cast<size_t>(layout.rows) * heads;
   float* host = s_.field_host.data();
   const float* parts[] = {f.phi, f.lvl};
@@ -297,7 +293,7 @@ absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> ite
   a.splits = splits;
   a.partial = s_.partial.as<float>();
   a.out = s_.attn.as<float>();
-  FPA_RETURN_IF_ERROR(cuda_status(cuda::launch_attention(a, pool_, stream_), "attention"));
+  FPA_RETURN_IF_ERROR(cuda::launch_attention(a, pool_, stream_));
 
   // The host bookkeeping overlaps the attention kernel.
   FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
@@ -314,34 +310,30 @@ absl::Status CudaBackendImpl::mirror_update(const cache::LayerChanges& u) {
   FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
   FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
   FPA_RETURN_IF_ERROR(upload(s_.moves, u.moves.data(), u.moves.size(), stream_));
-  return cuda_status(cuda::launch_pool_update(
-                         pool_, s_.resets.as<int32_t>(), static_cast<int>(u.reset_pages.size()),
-                         s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
-                         s_.moves.as<cuda::SlotMove>(), static_cast<int>(u.moves.size()),
-                         s_.qkv.as<float>(), 3 * attn_width(), cfg().n_heads, stream_),
-                     "pool update");
+  return cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
+                                  static_cast<int>(u.reset_pages.size()),
+                                  s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
+                                  s_.moves.as<cuda::SlotMove>(), static_cast<int>(u.moves.size()),
+                                  s_.qkv.as<float>(), 3 * attn_width(), cfg().n_heads, stream_);
 }
 
 absl::Status CudaBackendImpl::mlp_block(int layer, int rows) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
-  FPA_RETURN_IF_ERROR(
-      cuda_status(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.mlp_norm, rows, cfg().d_model,
-                                       cfg().norm_eps, s_.x.as<float>(), stream_),
-                  "mlp rmsnorm"));
+  FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.mlp_norm, rows,
+                                           cfg().d_model, cfg().norm_eps, s_.x.as<float>(),
+                                           stream_));
   FPA_RETURN_IF_ERROR(gemm_.linear(w.gate_up, s_.x.as<float>(), rows, s_.gate_up.as<float>()));
-  FPA_RETURN_IF_ERROR(cuda_status(
-      cuda::launch_swiglu(s_.gate_up.as<float>(), rows, cfg().d_ff, s_.act.as<float>(), stream_),
-      "swiglu"));
+  FPA_RETURN_IF_ERROR(
+      cuda::launch_swiglu(s_.gate_up.as<float>(), rows, cfg().d_ff, s_.act.as<float>(), stream_));
   return gemm_.linear(w.down, s_.act.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
 }
 
 absl::Status CudaBackendImpl::final_logits(const cuda::BatchLayout& layout,
                                            std::span<float> logits) {
   const int out_rows = static_cast<int>(layout.out_rows.size());
-  FPA_RETURN_IF_ERROR(cuda_status(
-      cuda::launch_rmsnorm(s_.h.as<float>(), s_.out_rows.as<int32_t>(), weights_.final_norm(),
-                           out_rows, cfg().d_model, cfg().norm_eps, s_.x_out.as<float>(), stream_),
-      "final rmsnorm"));
+  FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), s_.out_rows.as<int32_t>(),
+                                           weights_.final_norm(), out_rows, cfg().d_model,
+                                           cfg().norm_eps, s_.x_out.as<float>(), stream_));
   FPA_RETURN_IF_ERROR(
       gemm_.linear(weights_.lm_head(), s_.x_out.as<float>(), out_rows, s_.logits.as<float>()));
   const size_t n = static_cast<size_t>(out_rows) * cfg().vocab_size;
@@ -359,10 +351,8 @@ absl::StatusOr<std::vector<int32_t>> CudaBackendImpl::live_positions(cache::SeqI
   FPA_RETURN_IF_ERROR(upload(ids, pages.data(), pages.size(), stream_));
   std::vector<int32_t> pos(pages.size() * cache_.shape().page_slots);
   FPA_RETURN_IF_ERROR(out.reserve(pos.size() * 4));
-  FPA_RETURN_IF_ERROR(
-      cuda_status(cuda::launch_gather_pos(pool_, ids.as<int32_t>(), static_cast<int>(pages.size()),
-                                          out.as<int32_t>(), stream_),
-                  "gather pos"));
+  FPA_RETURN_IF_ERROR(cuda::launch_gather_pos(
+      pool_, ids.as<int32_t>(), static_cast<int>(pages.size()), out.as<int32_t>(), stream_));
   FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(pos.data(), out.as<int32_t>(), pos.size() * 4,
                                                   cudaMemcpyDeviceToHost, stream_),
                                   "pos copy"));
@@ -400,16 +390,12 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
   }
   FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
   FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
-  FPA_RETURN_IF_ERROR(
-      cuda_status(cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
-                                           static_cast<int>(u.reset_pages.size()), nullptr, 0,
-                                           nullptr, 0, nullptr, 0, cfg().n_heads, stream_),
-                  "synthetic resets"));
-  FPA_RETURN_IF_ERROR(cuda_status(
-      cuda::launch_synthetic_writes(pool_, s_.writes.as<cuda::KeyWrite>(),
-                                    static_cast<int>(u.writes.size()),
-                                    static_cast<uint32_t>(seq * 7919 + start_pos), stream_),
-      "synthetic writes"));
+  FPA_RETURN_IF_ERROR(cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
+                                               static_cast<int>(u.reset_pages.size()), nullptr, 0,
+                                               nullptr, 0, nullptr, 0, cfg().n_heads, stream_));
+  FPA_RETURN_IF_ERROR(cuda::launch_synthetic_writes(
+      pool_, s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
+      static_cast<uint32_t>(seq * 7919 + start_pos), stream_));
   return cuda_status(cudaStreamSynchronize(stream_), "synthetic keys");
 }
 

@@ -1,11 +1,13 @@
 // Launchers of the CUDA kernels (attention.cu, layer_ops.cu), callable from host C++.
-// Activations are float32 row-major [rows][width]; every launcher returns the launch's error.
+// Activations are float32 row-major [rows][width]; every launcher returns the launch's error,
+// naming the kernel, and with FPA_CUDA_SYNC=1 the kernel's own (launch_check.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/cuda/pool_ops.h"
 
 namespace fpa::cuda {
@@ -52,31 +54,31 @@ struct AttentionArgs {
 // Attention of every row over its sequence's cached keys and its own chunk's keys up to itself,
 // then the split combine, then (prompt chunks) the cached keys' m update and dead-key marking.
 // One-token items update m and mark their dead keys in place during the attention pass.
-cudaError_t launch_attention(const AttentionArgs& args, const PoolView& pool, cudaStream_t stream);
+absl::Status launch_attention(const AttentionArgs& args, const PoolView& pool, cudaStream_t stream);
 
 // Applies a layer's LayerUpdate: resets, then key writes (k, v from qkv), then moves in order.
-cudaError_t launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
-                               const KeyWrite* writes, int n_writes, const SlotMove* moves,
-                               int n_moves, const float* qkv, int qkv_stride, int n_heads,
-                               cudaStream_t stream);
+absl::Status launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                                const KeyWrite* writes, int n_writes, const SlotMove* moves,
+                                int n_moves, const float* qkv, int qkv_stride, int n_heads,
+                                cudaStream_t stream);
 // out[i * page_slots + s] = pos of slot s of pages[i] (tests read the live sets back).
-cudaError_t launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages, int32_t* out,
-                              cudaStream_t stream);
+absl::Status launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages,
+                               int32_t* out, cudaStream_t stream);
 // Benchmarks: random k and v (a hash of slot and seed) for the written slots.
-cudaError_t launch_synthetic_writes(const PoolView& pool, const KeyWrite* writes, int n_writes,
-                                    uint32_t seed, cudaStream_t stream);
+absl::Status launch_synthetic_writes(const PoolView& pool, const KeyWrite* writes, int n_writes,
+                                     uint32_t seed, cudaStream_t stream);
 
-cudaError_t launch_embed(const float* table, const int32_t* tokens, int rows, int d_model,
-                         float* out, cudaStream_t stream);
+absl::Status launch_embed(const float* table, const int32_t* tokens, int rows, int d_model,
+                          float* out, cudaStream_t stream);
 // out[i] = rmsnorm(x[src_rows ? src_rows[i] : i]) * weight, for i < rows.
-cudaError_t launch_rmsnorm(const float* x, const int32_t* src_rows, const float* weight, int rows,
-                           int d_model, float eps, float* out, cudaStream_t stream);
-cudaError_t launch_to_bf16(const float* x, int64_t n, void* out, cudaStream_t stream);
+absl::Status launch_rmsnorm(const float* x, const int32_t* src_rows, const float* weight, int rows,
+                            int d_model, float eps, float* out, cudaStream_t stream);
+absl::Status launch_to_bf16(const float* x, int64_t n, void* out, cudaStream_t stream);
 // out[r][i] = silu(gu[r][i]) * gu[r][d_ff + i].
-cudaError_t launch_swiglu(const float* gu, int rows, int d_ff, float* out, cudaStream_t stream);
+absl::Status launch_swiglu(const float* gu, int rows, int d_ff, float* out, cudaStream_t stream);
 // RoPE (rotate-half pairing) on the q and k parts of qkv, in place.
-cudaError_t launch_rope(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
-                        const int32_t* row_pos, float theta, cudaStream_t stream);
+absl::Status launch_rope(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
+                         const int32_t* row_pos, float theta, cudaStream_t stream);
 
 struct FieldArgs {
   const float* fl = nullptr;  // [rows][fl_stride]: field pre-activations | level offsets
@@ -95,6 +97,6 @@ struct FieldArgs {
   float* smin = nullptr;
 };
 // The walk per (item, head), summed sequentially in float32 like the CPU backend.
-cudaError_t launch_field(const FieldArgs& args, cudaStream_t stream);
+absl::Status launch_field(const FieldArgs& args, cudaStream_t stream);
 
 }  // namespace fpa::cuda

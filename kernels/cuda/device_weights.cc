@@ -23,8 +23,7 @@ absl::StatusOr<DeviceMatrix> DeviceWeights::matrix(std::initializer_list<const M
   if (bf16) {
     DeviceBuffer half;
     if (absl::Status s = half.reserve(host.size() * 2); !s.ok()) return s;
-    if (absl::Status s = cuda_status(
-            launch_to_bf16(f32.as<float>(), host.size(), half.as<void>(), stream), "bf16 weights");
+    if (absl::Status s = launch_to_bf16(f32.as<float>(), host.size(), half.as<void>(), stream);
         !s.ok()) {
       return s;
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/launch_check.h"
 
 namespace fpa::cuda {
 namespace {
@@ -114,47 +115,47 @@ __global__ void field_kernel(FieldArgs a) {
 
 }  // namespace
 
-cudaError_t launch_embed(const float* table, const int32_t* tokens, int rows, int d_model,
-                         float* out, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+absl::Status launch_embed(const float* table, const int32_t* tokens, int rows, int d_model,
+                          float* out, cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
   embed_kernel<<<rows, kThreads, 0, stream>>>(table, tokens, d_model, out);
-  return cudaGetLastError();
+  return launched("embed_kernel", stream);
 }
 
-cudaError_t launch_rmsnorm(const float* x, const int32_t* src_rows, const float* weight, int rows,
-                           int d_model, float eps, float* out, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+absl::Status launch_rmsnorm(const float* x, const int32_t* src_rows, const float* weight, int rows,
+                            int d_model, float eps, float* out, cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
   rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(x, src_rows, weight, d_model, eps, out);
-  return cudaGetLastError();
+  return launched("rmsnorm_kernel", stream);
 }
 
-cudaError_t launch_to_bf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
+absl::Status launch_to_bf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
   to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
-  return cudaGetLastError();
+  return launched("to_bf16_kernel", stream);
 }
 
-cudaError_t launch_swiglu(const float* gu, int rows, int d_ff, float* out, cudaStream_t stream) {
+absl::Status launch_swiglu(const float* gu, int rows, int d_ff, float* out, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * d_ff;
-  if (n == 0) return cudaSuccess;
+  if (n == 0) return absl::OkStatus();
   swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gu, rows, d_ff, out);
-  return cudaGetLastError();
+  return launched("swiglu_kernel", stream);
 }
 
-cudaError_t launch_rope(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
-                        const int32_t* row_pos, float theta, cudaStream_t stream) {
+absl::Status launch_rope(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
+                         const int32_t* row_pos, float theta, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * 2 * n_heads * (head_dim / 2);
-  if (n == 0) return cudaSuccess;
+  if (n == 0) return absl::OkStatus();
   rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(qkv, qkv_stride, rows, n_heads, head_dim,
                                                       row_pos, theta);
-  return cudaGetLastError();
+  return launched("rope_kernel", stream);
 }
 
-cudaError_t launch_field(const FieldArgs& args, cudaStream_t stream) {
+absl::Status launch_field(const FieldArgs& args, cudaStream_t stream) {
   const int n = args.items * args.n_heads;
-  if (n == 0) return cudaSuccess;
+  if (n == 0) return absl::OkStatus();
   field_kernel<<<blocks_for(n), kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launched("field_kernel", stream);
 }
 
 }  // namespace fpa::cuda

@@ -209,9 +209,10 @@ double attention_bandwidth(int batch, int context) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   constexpr int kIters = 20;
-  cuda::launch_attention(a, pool, nullptr);
+  die(cuda::launch_attention(a, pool, nullptr), "attention kernel");
   cudaEventRecord(start);
-  for (int i = 0; i < kIters; ++i) cuda::launch_attention(a, pool, nullptr);
+  for (int i = 0; i < kIters; ++i)
+    die(cuda::launch_attention(a, pool, nullptr), "attention kernel");
   cudaEventRecord(stop);
   cudaEventSynchronize(stop);
   float ms = 0.0f;

@@ -136,7 +136,8 @@ DeviceRun run_on_device(const AttentionCase& c, int splits) {
                               .splits = splits,
                               .partial = partial.as<float>(),
                               .out = out.as<float>()};
-  EXPECT_EQ(cuda::launch_attention(a, pool, nullptr), cudaSuccess);
+  const absl::Status launched = cuda::launch_attention(a, pool, nullptr);
+  EXPECT_TRUE(launched.ok()) << launched;
   // A fault inside a kernel surfaces here, not at the launch.
   const cudaError_t done = cudaDeviceSynchronize();
   EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);

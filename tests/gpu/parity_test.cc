@@ -1,10 +1,11 @@
 // CUDA backend parity (issue 5): against the PyTorch reference vectors (tests/vectors/) and the CPU
 // backend, full cache and with eviction, one-shot, chunked and step by step, solo and batched.
-// Every test skips, saying why, when no CUDA device is present.
+// Every test skips, saying why, when no CUDA device is present; tests/gpu/run.sh fails on any skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -17,6 +18,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tests/engine/parity_util.h"
+#include "tests/gpu/vectors_dir.h"
 
 namespace fpa {
 namespace {
@@ -32,23 +34,27 @@ constexpr float kBf16TieBand = 0.5f;
 // its threshold still carries up to exp(-tau) of a key's weight, beyond bf16 rounding.
 constexpr double kBf16EvictTolerance = 1e-1;
 
+// Says which vectors the run reads: the device bundle's, or the source tree's (bundle_check.sh
+// and run.sh's logs rely on this line).
+class VectorsEnvironment : public ::testing::Environment {
+  void SetUp() override { std::printf("vectors: %s\n", vectors_dir().c_str()); }
+};
+const ::testing::Environment* const kVectorsEnvironment =
+    ::testing::AddGlobalTestEnvironment(new VectorsEnvironment);
+
 class CudaParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine";
-    const std::string dir = std::string(FPA_VECTORS_DIR) + "/" + GetParam();
-    if (!std::filesystem::exists(dir + "/case.safetensors")) {
-      GTEST_SKIP() << "no vectors in " << dir;
-    }
+    const std::string dir = vectors_dir() + "/" + GetParam();
+    // The vectors are part of the repository (and of the device bundle): missing is a failure.
+    if (!std::filesystem::exists(dir + "/case.safetensors")) FAIL() << "no vectors in " << dir;
     auto file = SafetensorsFile::open(dir + "/case.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
     case_ = *std::move(file);
     const auto& meta = case_->metadata();
     const std::string model_dir =
-        std::filesystem::exists(dir + "/config.json")
-            ? dir
-            : std::filesystem::path(FPA_VECTORS_DIR).parent_path().parent_path().string() + "/" +
-                  meta.at("model_dir");
+        std::filesystem::exists(dir + "/config.json") ? dir : repo_path(meta.at("model_dir"));
     auto model = Model::load(model_dir);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
@@ -366,7 +372,7 @@ INSTANTIATE_TEST_SUITE_P(Vectors, CudaParityTest,
 // the combine kernel) when it decodes one token, even with eviction (the fewest pages its live
 // keys can fill, at the step with the most).
 TEST(CudaParityVectors, LongCaseSplitsTheCachedKeys) {
-  auto file = SafetensorsFile::open(std::string(FPA_VECTORS_DIR) + "/long/case.safetensors");
+  auto file = SafetensorsFile::open(vectors_dir() + "/long/case.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   const TensorView live = *(*file)->get("live");  // [T, layers, heads, T]
   ASSERT_EQ(live.shape.size(), 4u);
@@ -386,21 +392,26 @@ TEST(CudaParityVectors, LongCaseSplitsTheCachedKeys) {
       << "with eviction: at most " << most_live << " live keys";
 }
 
-TEST(CudaBackend, UnavailableWithoutADeviceInsteadOfCrashing) {
-  if (cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
-  auto model = Model::load(std::string(FPA_VECTORS_DIR) + "/fpa_tied");
+// Runs (and skips nothing) either way, so that tests/gpu/run.sh can count any skip as a failure.
+TEST(CudaBackend, StartsWithADeviceAndIsUnavailableWithout) {
+  auto model = Model::load(vectors_dir() + "/fpa_tied");
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelConfig& c = (*model)->config();
-  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 64, false);
+  auto cache = cache::KvCache::create(
+      {c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(CudaOptions{})}, 64, false);
   ASSERT_TRUE(cache.ok()) << cache.status();
   auto backend = make_cuda_backend(**model, **cache);
-  ASSERT_FALSE(backend.ok());
-  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+  if (cuda_device_available()) {
+    EXPECT_TRUE(backend.ok()) << backend.status();
+  } else {
+    ASSERT_FALSE(backend.ok());
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+  }
 }
 
 TEST(CudaBackend, RefusesAHostStorageCache) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine";
-  auto model = Model::load(std::string(FPA_VECTORS_DIR) + "/fpa_tied");
+  auto model = Model::load(vectors_dir() + "/fpa_tied");
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelConfig& c = (*model)->config();
   auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 64, true);
