@@ -46,8 +46,14 @@ class Backend {
                                ForwardTrace* trace = nullptr) = 0;
 };
 
+// The CPU backend's projection weights: the model's float32, or bf16 copies made at start (half
+// the bytes a step reads; needs AVX512-BF16, else FailedPrecondition). The field's projections
+// stay float32 either way: the eviction decisions hang on them.
+enum class CpuWeights { kF32, kBf16 };
+
 absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, cache::KvCache& cache,
-                                                          int threads);
+                                                          int threads,
+                                                          CpuWeights weights = CpuWeights::kF32);
 // NotFound / Unavailable when no CUDA device (or no CUDA build); never crashes without a driver.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
                                                            cache::KvCache& cache);

@@ -4,12 +4,14 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/layer_update.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
@@ -31,14 +33,18 @@ struct Batch {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(const Model& model, KvCache& cache, int threads)
-      : model_(model), c_(model.config()), cache_(cache), pool_(threads) {}
+  CpuBackend(const Model& model, KvCache& cache, int threads, CpuWeights weights)
+      : model_(model), c_(model.config()), cache_(cache), pool_(threads) {
+    if (weights == CpuWeights::kBf16) round_weights();
+  }
 
   std::string_view name() const override { return "cpu"; }
   absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
 
  private:
+  void round_weights();
+  void linear(const float* x, int n, const Matrix& w, float* y, bool accumulate = false);
   absl::Status validate(const Batch& b, std::span<float> logits, const ForwardTrace* t) const;
   void resize(int n);
   absl::Status attention_block(int l, const Batch& b);
@@ -63,7 +69,26 @@ class CpuBackend : public Backend {
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
   std::vector<char> mass_;                    // item -> whether its policy ranks keys by mass
+  // With bf16 weights: each projection's bf16 copy, by the model matrix's data.
+  absl::flat_hash_map<const float*, cpu::Bf16Matrix> bf16_;
 };
+
+void CpuBackend::round_weights() {
+  for (const LayerWeights& w : model_.layers()) {
+    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      bf16_.emplace(m->data, cpu::to_bf16(*m));
+    }
+  }
+  bf16_.emplace(model_.lm_head().data, cpu::to_bf16(model_.lm_head()));
+}
+
+void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool accumulate) {
+  if (auto it = bf16_.find(w.data); it != bf16_.end()) {
+    cpu::linear_bf16(x, n, it->second, y, &pool_, accumulate);
+  } else {
+    cpu::linear(x, n, w, y, &pool_, accumulate);
+  }
+}
 
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
                                   const ForwardTrace* t) const {
@@ -143,16 +168,16 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   gather_pages(l, b);
   attend(l, b);
   FPA_RETURN_IF_ERROR(update_cache(l, b));
-  cpu::linear(o_.data(), b.tokens(), w.wo, h_.data(), &pool_, /*accumulate=*/true);
+  linear(o_.data(), b.tokens(), w.wo, h_.data(), /*accumulate=*/true);
   return absl::OkStatus();
 }
 
 // q, k, v (RoPE for softmax models) and the field's increments d and level offsets u.
 void CpuBackend::project(const LayerWeights& w, const Batch& b) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
-  cpu::linear(x_.data(), n, w.wq, q_.data(), &pool_);
-  cpu::linear(x_.data(), n, w.wk, k_.data(), &pool_);
-  cpu::linear(x_.data(), n, w.wv, v_.data(), &pool_);
+  linear(x_.data(), n, w.wq, q_.data());
+  linear(x_.data(), n, w.wk, k_.data());
+  linear(x_.data(), n, w.wv, v_.data());
   if (c_.rope_theta > 0.0f) {
     for (size_t i = 0; i < b.items.size(); ++i) {
       for (int t = 0; t < b.len(i); ++t) {
@@ -257,10 +282,10 @@ absl::Status CpuBackend::update_cache(int l, const Batch& b) {
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
   cpu::rmsnorm(h_.data(), n, w.mlp_norm, c_.norm_eps, x_.data());
-  cpu::linear(x_.data(), n, w.w_gate, gate_.data(), &pool_);
-  cpu::linear(x_.data(), n, w.w_up, up_.data(), &pool_);
+  linear(x_.data(), n, w.w_gate, gate_.data());
+  linear(x_.data(), n, w.w_up, up_.data());
   cpu::swiglu(gate_.data(), up_.data(), static_cast<long>(n) * c_.d_ff);
-  cpu::linear(gate_.data(), n, w.w_down, h_.data(), &pool_, /*accumulate=*/true);
+  linear(gate_.data(), n, w.w_down, h_.data(), /*accumulate=*/true);
 }
 
 void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all) {
@@ -275,13 +300,13 @@ void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all)
     x_ = h_;
   }
   cpu::rmsnorm(x_.data(), rows, model_.final_norm(), c_.norm_eps, x_.data());
-  cpu::linear(x_.data(), rows, model_.lm_head(), logits.data(), &pool_);
+  linear(x_.data(), rows, model_.lm_head(), logits.data());
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, cache::KvCache& cache,
-                                                          int threads) {
+                                                          int threads, CpuWeights weights) {
   const ModelConfig& c = model.config();
   const cache::CacheShape& s = cache.shape();
   if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.head_dim != c.head_dim) {
@@ -289,10 +314,15 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, ca
         "cpu backend: cache shape (", s.n_layers, " layers, ", s.n_heads, " heads x ", s.head_dim,
         ") does not match the model (", c.n_layers, ", ", c.n_heads, " x ", c.head_dim, ")"));
   }
+  if (weights == CpuWeights::kBf16 && !cpu::cpu_has_bf16()) {
+    return absl::FailedPreconditionError(
+        "cpu backend: bf16 weights need a CPU with AVX512-BF16, which this one lacks; use "
+        "float32 weights");
+  }
   static std::once_flag blas_once;
   std::call_once(blas_once, cpu::use_single_threaded_blas);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::make_unique<CpuBackend>(model, cache, threads);
+  return std::make_unique<CpuBackend>(model, cache, threads, weights);
 }
 
 }  // namespace fpa

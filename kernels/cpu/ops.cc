@@ -13,15 +13,7 @@ void use_single_threaded_blas() { openblas_set_num_threads(1); }
 
 void linear(const float* x, int n, const Matrix& w, float* y, ThreadPool* pool, bool accumulate) {
   const float beta = accumulate ? 1.0f : 0.0f;
-  // Blocks of output features, a multiple of 16 wide, a few per thread so that a fast thread can
-  // take over a slow one's share.
-  const int threads = pool != nullptr ? pool->threads() : 1;
-  const int blocks = std::max(1, std::min(threads * 4, w.rows / 64));
-  const int width = ((w.rows + blocks - 1) / blocks + 15) / 16 * 16;
-  parallel_for(pool, blocks, static_cast<long>(n) * w.rows * w.cols, [&](int b) {
-    const int r0 = b * width;
-    const int rows = std::min(width, w.rows - r0);
-    if (rows <= 0) return;
+  for_row_blocks(pool, w.rows, static_cast<long>(n) * w.rows * w.cols, [&](int r0, int rows) {
     const float* wb = w.data + static_cast<long>(r0) * w.cols;
     if (n == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, w.cols, 1.0f, wb, w.cols, x, 1, beta, y + r0,

@@ -2,6 +2,8 @@
 // so the two never compete for the cores.
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/cpu/thread_pool.h"
 
 namespace fpa::cpu {
@@ -17,6 +19,20 @@ void parallel_for(ThreadPool* pool, int n, long work, const F& f) {
   } else {
     pool->run(n, f);
   }
+}
+
+// Calls f(r0, rows) for blocks of a matrix product's `out_rows` output rows: a multiple of 16
+// wide, a few per thread so that a fast thread can take over a slow one's share.
+template <class F>
+void for_row_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
+  const int threads = pool != nullptr ? pool->threads() : 1;
+  const int blocks = std::max(1, std::min(threads * 4, out_rows / 64));
+  const int width = ((out_rows + blocks - 1) / blocks + 15) / 16 * 16;
+  parallel_for(pool, blocks, work, [&](int b) {
+    const int r0 = b * width;
+    const int rows = std::min(width, out_rows - r0);
+    if (rows > 0) f(r0, rows);
+  });
 }
 
 // Makes OpenBLAS run in its caller's thread; call once per process.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -43,6 +45,59 @@ TEST(Ops, LinearMatchesTheDefinition) {
           EXPECT_NEAR(y[t * out + o], ref, 1e-4) << n << " " << threads;
         }
       }
+    }
+  }
+}
+
+// Rounds to bf16 (nearest even) and back: values a bf16 product takes exactly.
+std::vector<float> bf16_exact(std::vector<float> v) {
+  for (float& x : v) {
+    const uint32_t u = std::bit_cast<uint32_t>(x);
+    x = std::bit_cast<float>(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+  }
+  return v;
+}
+
+// Inputs that bf16 holds exactly give the float32 products up to the order of the sums; token
+// counts 1 to 9 and 40 take every token tile, 1030 rows a row tail, 200 columns a padded chunk.
+TEST(Ops, LinearBf16MatchesTheDefinitionOnBf16Values) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  for (int n : {1, 2, 3, 4, 5, 9, 40}) {
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      const int in = 200, out = 1030;
+      const std::vector<float> x = bf16_exact(randn(n * in, 1)), w = bf16_exact(randn(out * in, 2));
+      const Bf16Matrix wb = to_bf16(Matrix{w.data(), out, in});
+      ASSERT_EQ(wb.stride, 224);
+      std::vector<float> y(n * out, 1.0f);
+      linear_bf16(x.data(), n, wb, y.data(), &pool, /*accumulate=*/true);
+      for (int t = 0; t < n; ++t) {
+        for (int o = 0; o < out; ++o) {
+          double ref = 1.0;
+          for (int i = 0; i < in; ++i) ref += double(x[t * in + i]) * w[o * in + i];
+          ASSERT_NEAR(y[t * out + o], ref, 1e-4) << n << " " << threads << " " << t << " " << o;
+        }
+      }
+    }
+  }
+}
+
+// Any float32 input: within bf16's rounding of both factors (2^-8 relative each, at most).
+TEST(Ops, LinearBf16RoundsWithinBf16Precision) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const int n = 3, in = 96, out = 70;
+  const std::vector<float> x = randn(n * in, 5), w = randn(out * in, 6);
+  std::vector<float> y(n * out);
+  linear_bf16(x.data(), n, to_bf16(Matrix{w.data(), out, in}), y.data(), nullptr);
+  for (int t = 0; t < n; ++t) {
+    for (int o = 0; o < out; ++o) {
+      double ref = 0, bound = 0;
+      for (int i = 0; i < in; ++i) {
+        ref += double(x[t * in + i]) * w[o * in + i];
+        bound += std::fabs(double(x[t * in + i]) * w[o * in + i]) * 2 * std::ldexp(1.0, -8);
+      }
+      EXPECT_NEAR(y[t * out + o], ref, bound + 1e-5);
+      EXPECT_NE(y[t * out + o], 0.0f);
     }
   }
 }

@@ -32,7 +32,9 @@ cmake --build "$build" -j"$(nproc)" --target gpu_bundle_binaries
 manifest=$build/tests/gpu/bundle-manifest.sh
 # shellcheck source=/dev/null
 source "$manifest"
-mapfile -t device_libs < <(grep -v '^#' tests/gpu/device_libs.txt)
+# A set, not `printf | grep -q`: under pipefail grep's early exit can fail the pipe (SIGPIPE).
+declare -A device_libs
+while read -r soname; do device_libs[$soname]=1; done < <(grep -v '^#' tests/gpu/device_libs.txt)
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/tests"
 cp "$manifest" "$stage/manifest.sh"
@@ -40,7 +42,7 @@ for bin in $FPA_GPU_TESTS $FPA_GPU_BENCH; do
   cp "$build/tests/gpu/$bin" "$stage/bin/"
   # ldd lists what the binary loads, its libraries' libraries too.
   while read -r soname path; do
-    printf '%s\n' "${device_libs[@]}" | grep -qxF "$soname" && continue
+    [[ -v device_libs[$soname] ]] && continue
     [[ -e $stage/lib/$soname ]] && continue
     [[ -f $path ]] || { echo "bundle.sh: $bin needs $soname, not found here" >&2; exit 1; }
     cp -L "$path" "$stage/lib/$soname"

@@ -20,8 +20,10 @@ fail() { echo "FAIL: $*"; errors=$((errors + 1)); }
 
 # shellcheck source=/dev/null
 source "$root/manifest.sh"
-mapfile -t device_libs < <(grep -v '^#' tests/gpu/device_libs.txt)
-on_device() { printf '%s\n' "${device_libs[@]}" | grep -qxF "$1"; }
+# A set, not `printf | grep -q`: under pipefail grep's early exit can fail the pipe (SIGPIPE).
+declare -A device_libs
+while read -r soname; do device_libs[$soname]=1; done < <(grep -v '^#' tests/gpu/device_libs.txt)
+on_device() { [[ -v device_libs[$1] ]]; }
 
 read -ra binaries <<<"$FPA_GPU_TESTS $FPA_GPU_BENCH"
 for bin in "${binaries[@]}"; do
@@ -34,8 +36,9 @@ for elf in "$root"/bin/* "$root"/lib/*; do
   done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 done
 for bin in "$root"/bin/*; do
+  dynamic=$(readelf -d "$bin")
   # shellcheck disable=SC2016  # the literal $ORIGIN
-  readelf -d "$bin" | grep -q '(RPATH).*\$ORIGIN/\.\./lib' ||
+  grep -q '(RPATH).*\$ORIGIN/\.\./lib' <<<"$dynamic" ||
     fail "$(basename "$bin") has no RPATH \$ORIGIN/../lib"
   # The bundled copy must win over this machine's, which the device does not have.
   while read -r soname path; do
