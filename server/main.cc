@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, con
                                                       cache::KvCache& cache, bool use_cuda) {
   if (use_cuda) return make_cuda_backend(model, cache);
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  return make_cpu_backend(model, cache, std::max(threads, 1));
+  return make_cpu_backend(model, cache, std::max(threads, 1),
+                          o.cpu_weights == "bf16" ? CpuWeights::kBf16 : CpuWeights::kF32);
 }
 
 absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o,

@@ -113,6 +113,14 @@ const std::vector<Flag>& flags() {
        }},
       {"threads", "N", "CPU backend threads; 0 = every core [0]",
        integer(&ServeOptions::threads, 0)},
+      {"cpu-weights", "f32|bf16",
+       "CPU backend projection weights; bf16 halves the bytes a step reads (needs AVX512-BF16) "
+       "[f32]",
+       [](ServeOptions& o, absl::string_view v) {
+         if (v != "f32" && v != "bf16") return false;
+         o.cpu_weights = std::string(v);
+         return true;
+       }},
       {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
        seconds(&ServeOptions::drain_seconds, 0)},
       {"max-connections", "N", "gRPC connections; more are closed at once [1024]",

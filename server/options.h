@@ -24,10 +24,11 @@ struct ServeOptions {
   int max_prompt_tokens = 65536;
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
-  double cache_watermark = 0.01;  // share of the pool admission leaves free
-  double prefix_cache = 0.0;      // share of the pool cached prefixes may hold; 0 = off
-  std::optional<float> tau;  // the model's tau when absent
-  int threads = 0;           // 0 = every core
+  double cache_watermark = 0.01;    // share of the pool admission leaves free
+  double prefix_cache = 0.0;        // share of the pool cached prefixes may hold; 0 = off
+  std::optional<float> tau;         // the model's tau when absent
+  int threads = 0;                  // 0 = every core
+  std::string cpu_weights = "f32";  // f32 | bf16: the CPU backend's projection weights
   double drain_seconds = 30;
   // gRPC connections (docs/serving.md, "What the server promises").
   int max_connections = 1024;

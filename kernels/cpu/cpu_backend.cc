@@ -38,7 +38,7 @@ class CpuBackend : public Backend {
     if (weights == CpuWeights::kBf16) round_weights();
   }
 
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override { return bf16_.empty() ? "cpu" : "cpu-bf16"; }
   absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
 

@@ -42,6 +42,8 @@ TEST(ParseOptions, BothValueForms) {
   EXPECT_FLOAT_EQ(*o->tau, 12.5f);
   EXPECT_EQ(*o->cache_pages, 100);
   EXPECT_EQ(o->backend, "cpu");
+  EXPECT_EQ(o->cpu_weights, "f32");
+  EXPECT_EQ(parse({"--model", "m", "--cpu-weights=bf16"})->cpu_weights, "bf16");
 }
 
 TEST(ParseOptions, ErrorsNameTheFlag) {
@@ -56,6 +58,7 @@ TEST(ParseOptions, ErrorsNameTheFlag) {
                                          {{"--idle-timeout-seconds", "nan"}, "--idle-timeout"},
                                          {{"--handshake-timeout-seconds=0"}, "--handshake"},
                                          {{"--backend", "tpu"}, "--backend"},
+                                         {{"--cpu-weights", "fp8"}, "--cpu-weights"},
                                          {{"--no-such-flag", "1"}, "--no-such-flag"},
                                          {{"--model"}, "--model"},
                                          {{"stray"}, "stray"}}) {

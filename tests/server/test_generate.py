@@ -132,6 +132,25 @@ def test_tokenize_and_model_info(server):
     assert '"fpa-serve/1"' in info.config_json
 
 
+def has_avx512_bf16():
+    with open("/proc/cpuinfo") as f:
+        return "avx512_bf16" in f.read()
+
+
+@pytest.mark.skipif(not has_avx512_bf16(), reason="no AVX512-BF16 on this CPU")
+def test_bf16_weights(server, make_server):
+    """--cpu-weights bf16 serves, says so, and greedy decoding mostly agrees with float32 (bf16
+    moves the logits by well under 1%, which can flip a near tie)."""
+    s = make_server("--cpu-weights", "bf16")
+    assert s.client.model_info().backend == "cpu-bf16"
+    prompt = "The pass key is 4821. Remember it. " * 3
+    ours = list(s.client.generate(prompt, max_new_tokens=24, ignore_eos=True).token_ids)
+    f32 = list(server.client.generate(prompt, max_new_tokens=24, ignore_eos=True).token_ids)
+    assert len(ours) == 24
+    agree = next((i for i, (a, b) in enumerate(zip(ours, f32)) if a != b), len(ours))
+    assert agree >= 4, (ours, f32)
+
+
 def test_health(server):
     assert server.client.health("") == "SERVING"
     assert server.client.health("fpa.v1.FpaService") == "SERVING"
