@@ -31,6 +31,7 @@ ABSL_FLAG(int, windows, 4, "timing windows the steps are split into (the fastest
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(float, tau, 0.0f, "eviction threshold (0 = the model's)");
 ABSL_FLAG(int, prefill_chunk, 256, "prompt tokens per prefill step");
+ABSL_FLAG(std::string, cpu_weights, "f32", "f32 | bf16: the CPU backend's projection weights");
 
 namespace fpa::bench {
 namespace {
@@ -83,7 +84,9 @@ nlohmann::json run(const Model& model, const Config& cfg) {
                         ((cfg.context + steps) / shape.page_slots + 2);
   auto cache = cache::KvCache::create(shape, pages);
   check(cache.status());
-  auto backend = make_cpu_backend(model, **cache, absl::GetFlag(FLAGS_threads));
+  auto backend = make_cpu_backend(
+      model, **cache, absl::GetFlag(FLAGS_threads),
+      absl::GetFlag(FLAGS_cpu_weights) == "bf16" ? CpuWeights::kBf16 : CpuWeights::kF32);
   check(backend.status());
   ModelRunner runner(model, **cache, *std::move(backend));
   const float tau = absl::GetFlag(FLAGS_tau) > 0 ? absl::GetFlag(FLAGS_tau) : c.tau;
