@@ -174,10 +174,23 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     cache_->release(seq);
   }
 
+  // The CPU backend beside the device, on its own cache, to compare with step by step.
+  void make_cpu() {
+    const ModelConfig& c = cfg();
+    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cpu_cache_ = *std::move(cache);
+    auto backend = make_cpu_backend(*model_, *cpu_cache_, 2);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    cpu_ = *std::move(backend);
+  }
+
   std::unique_ptr<SafetensorsFile> case_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<cache::KvCache> cache_;
   std::unique_ptr<CudaBackend> cuda_;
+  std::unique_ptr<cache::KvCache> cpu_cache_;
+  std::unique_ptr<Backend> cpu_;
   std::vector<int32_t> tokens_;
   std::span<const std::byte> live_;
   std::vector<float> margin_;
@@ -243,21 +256,17 @@ TEST_P(CudaParityTest, ReusedPagesStayExact) {
 // against the CPU cache's) at every decode step.
 TEST_P(CudaParityTest, MatchesTheCpuBackend) {
   make_cuda(false);
-  const ModelConfig& c = cfg();
-  auto cpu_cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
-  ASSERT_TRUE(cpu_cache.ok()) << cpu_cache.status();
-  auto cpu = make_cpu_backend(*model_, **cpu_cache, 2);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  make_cpu();
   const cache::SeqId gs = start(*cache_, cache::Policy::kFpa);
-  const cache::SeqId cs = start(**cpu_cache, cache::Policy::kFpa);
+  const cache::SeqId cs = start(*cpu_cache_, cache::Policy::kFpa);
   std::vector<float> gl(V()), cl(V());
   for (int i = 0; i < T(); ++i) {
     const ForwardItem g{gs, std::span(tokens_).subspan(i, 1), i};
     const ForwardItem h{cs, std::span(tokens_).subspan(i, 1), i};
     ASSERT_TRUE(cuda_->forward({&g, 1}, gl).ok());
-    ASSERT_TRUE((*cpu)->forward({&h, 1}, cl).ok());
+    ASSERT_TRUE(cpu_->forward({&h, 1}, cl).ok());
     EXPECT_LE(rel_error(gl, cl), kF32Tolerance) << "step " << i;
-    EXPECT_EQ(cache_->sequence_stats(gs).live_keys, (*cpu_cache)->sequence_stats(cs).live_keys)
+    EXPECT_EQ(cache_->sequence_stats(gs).live_keys, cpu_cache_->sequence_stats(cs).live_keys)
         << "step " << i;
   }
 }
@@ -307,15 +316,12 @@ TEST_P(CudaParityTest, ForcedSplitsMatchTheReference) {
 // the CPU backend's cache.
 TEST_P(CudaParityTest, MixedBatchesMatchTheCpuBackend) {
   make_cuda(false);
+  make_cpu();
   const ModelConfig& c = cfg();
-  auto cpu_cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
-  ASSERT_TRUE(cpu_cache.ok()) << cpu_cache.status();
-  auto cpu = make_cpu_backend(*model_, **cpu_cache, 2);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::vector<cache::SeqId> gpu_seqs, cpu_seqs;
   for (size_t k = 0; k < std::size(kMixedPlans); ++k) {
     gpu_seqs.push_back(start(*cache_, cache::Policy::kFpa));
-    cpu_seqs.push_back(start(**cpu_cache, cache::Policy::kFpa));
+    cpu_seqs.push_back(start(*cpu_cache_, cache::Policy::kFpa));
   }
   std::vector<int> done(gpu_seqs.size(), 0);
   const std::vector<float> ref = f32("evict_logits");
@@ -333,7 +339,7 @@ TEST_P(CudaParityTest, MixedBatchesMatchTheCpuBackend) {
     std::vector<float> gl(rows * V()), cl(rows * V());
     ForwardTrace trace{.all_logits = true};
     ASSERT_TRUE(cuda_->forward(on_gpu, gl, &trace).ok()) << "batch " << b;
-    ASSERT_TRUE((*cpu)->forward(on_cpu, cl, &trace).ok()) << "batch " << b;
+    ASSERT_TRUE(cpu_->forward(on_cpu, cl, &trace).ok()) << "batch " << b;
     EXPECT_LE(rel_error(gl, cl), kF32Tolerance) << "batch " << b;
     size_t row = 0;
     for (const Piece& p : batches[b]) {
@@ -350,7 +356,7 @@ TEST_P(CudaParityTest, MixedBatchesMatchTheCpuBackend) {
           auto ours = cuda_->live_positions(gpu_seqs[k], l, h);
           ASSERT_TRUE(ours.ok()) << ours.status();
           EXPECT_EQ(*ours, live_positions(*cache_, gpu_seqs[k], l, h)) << "device mirror vs host";
-          const std::vector<int32_t> theirs = live_positions(**cpu_cache, cpu_seqs[k], l, h);
+          const std::vector<int32_t> theirs = live_positions(*cpu_cache_, cpu_seqs[k], l, h);
           for (int j = 0; j < done[k]; ++j) {
             if (tied[(static_cast<size_t>(l) * c.n_heads + h) * T() + j]) continue;
             EXPECT_EQ(std::binary_search(ours->begin(), ours->end(), j),
