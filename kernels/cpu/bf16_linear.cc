@@ -79,6 +79,9 @@ FPA_BF16_TARGET inline void tile(const uint16_t* w, int stride, const uint16_t* 
       xv[t] = (__m512bh)(_mm512_loadu_si512(x + static_cast<long>(t) * stride + c));
     }
     for (int r = 0; r < R; ++r) {
+      // The next tile's rows, asked for ahead: at batch 1 the product streams the weights from
+      // memory, and the hardware prefetcher alone left 10-35% of the bandwidth unused.
+      __builtin_prefetch(w + static_cast<long>(R + r) * stride + c);
       const __m512bh wv = (__m512bh)(_mm512_loadu_si512(w + static_cast<long>(r) * stride + c));
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
     }
