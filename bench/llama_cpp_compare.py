@@ -20,7 +20,7 @@ What it does, all under bench/out/llama_cpp/ (git-ignored):
      prefill 512 and 4096 from the batch-1 runs), one process per engine configuration, in an
      order that rotates from case to case: fpa-serve softmax (full cache), fpa-serve FPA
      (eviction on at the model's tau), llama.cpp f32 weights + f32 cache (flash attention off),
-     llama.cpp bf16 weights + f16 cache with flash attention on and off. Every side runs the
+     llama.cpp bf16 weights + f16 cache with flash attention. Every side runs the
      same token streams (bench/decode_tokens.h), the same number of timed steps, fastest window.
 Prints a markdown table: tokens/s of each side, ratios to llama.cpp (its f32 configuration and
 its fastest), and each side's fraction of the machine's limit (decode: bytes of weights + keys and
@@ -54,10 +54,12 @@ SHAPES = {  # d_model, n_layers, n_heads, d_ff (head_dim 64)
     "85m": (768, 12, 12, 2048),
 }
 CASES = [(1, 512), (8, 512), (32, 512), (1, 4096)]  # (batch, context)
+# llama.cpp's fastest configuration per weight dtype on this machine (probed on the 25M shape,
+# bench/RESULTS.md): f32 decodes fastest without flash attention (with it, 5x slower at 4096);
+# bf16 weights with an f16 cache fastest with it (1.15-1.55x decode, 1.3-2.7x prefill).
 LLAMA = {  # name: (gguf dtype, driver flags)
     "llama f32": ("f32", ["--flash", "off", "--cache", "f32"]),
-    "llama bf16 fa": ("bf16", ["--flash", "on", "--cache", "f16"]),
-    "llama bf16": ("bf16", ["--flash", "off", "--cache", "f16"]),
+    "llama bf16": ("bf16", ["--flash", "on", "--cache", "f16"]),
 }
 
 
@@ -136,7 +138,7 @@ def check_logits(lib: str, driver: str, out: str) -> list[str]:
     with torch.no_grad():
         ref = load_model(model_dir)(torch.tensor([tokens]))[0].numpy()
     lines = []
-    for dtype, flags in (("f32", LLAMA["llama f32"][1]), ("bf16", LLAMA["llama bf16 fa"][1])):
+    for dtype, flags in LLAMA.values():
         gguf = os.path.join(out, "models", f"tiny-softmax-{dtype}.gguf")
         got = os.path.join(out, f"logits-{dtype}.f32")
         sh([driver, "--lib", lib, "--model", gguf, *flags, "logits",
@@ -193,7 +195,7 @@ def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: 
 
 BYTES = {  # side: (weight bytes, cache bytes, prefill dtype)
     "ours softmax": (4, 4, "f32"), "ours fpa": (4, 4, "f32"), "llama f32": (4, 4, "f32"),
-    "llama bf16 fa": (2, 2, "bf16"), "llama bf16": (2, 2, "bf16"),
+    "llama bf16": (2, 2, "bf16"),
 }
 
 
@@ -211,41 +213,33 @@ def measure(models: dict, lib: str, driver: str, a) -> list[dict]:
     return rows
 
 
-def fmt_ratio(x: float) -> str:
-    return f"{x:.2f}x"
+SIDES = ("ours softmax", "ours fpa", "llama f32", "llama bf16")
 
 
 def table(rows: list[dict], a) -> list[str]:
     head = ("| shape | case | fpa-serve softmax | fpa-serve FPA (live) | llama.cpp f32 | "
-            "llama.cpp bf16 (fa on / off) | softmax / llama f32 | softmax / llama fastest | "
-            "FPA / llama fastest | limit: softmax / FPA / llama f32 / llama bf16 best |")
+            "llama.cpp bf16 | softmax / llama f32 | softmax / llama fastest | "
+            "FPA / llama fastest | limit: softmax / FPA / llama f32 / llama bf16 |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        for kind in ("decode", "prefill"):
-            if kind == "prefill" and r["batch"] != 1:
-                continue
-            key = "tokens_per_s" if kind == "decode" else "prefill_tokens_per_s"
+        for kind in ("decode", "prefill") if r["batch"] == 1 else ("decode",):
             s = r["sides"]
-            v = {k: x[key] for k, x in s.items()}
-            bf = max(("llama bf16 fa", "llama bf16"), key=lambda k: v[k])
-            fastest = max(v["llama f32"], v[bf])
             if kind == "decode":
-                frac = {k: decode_fraction(r["shape"], BYTES[k][0], BYTES[k][1], s[k], a.steps)
-                        for k in ("ours softmax", "ours fpa", "llama f32", bf)}
+                v = {k: s[k]["tokens_per_s"] for k in SIDES}
+                frac = {k: decode_fraction(r["shape"], *BYTES[k][:2], s[k], a.steps) for k in SIDES}
                 case = f"decode b{r['batch']} @{r['context']}"
+                live = f" ({s['ours fpa']['live_fraction']:.2f})"
             else:
-                frac = {k: prefill_fraction(r["shape"], BYTES[k][2], s[k])
-                        for k in ("ours softmax", "ours fpa", "llama f32", bf)}
-                case = f"prefill {r['context']}"
-            live = s["ours fpa"].get("live_fraction", 1.0)
-            fpa_live = f" ({live:.2f})" if kind == "decode" else ""
+                v = {k: s[k]["prefill_tokens_per_s"] for k in SIDES}
+                frac = {k: prefill_fraction(r["shape"], BYTES[k][2], s[k]) for k in SIDES}
+                case, live = f"prefill {r['context']}", ""
+            fastest = max(v["llama f32"], v["llama bf16"])
             lines.append(
-                f"| {r['shape']} | {case} | {v['ours softmax']:.0f} | {v['ours fpa']:.0f}{fpa_live} "
-                f"| {v['llama f32']:.0f} | {v['llama bf16 fa']:.0f} / {v['llama bf16']:.0f} | "
-                f"{fmt_ratio(v['ours softmax'] / v['llama f32'])} | "
-                f"{fmt_ratio(v['ours softmax'] / fastest)} | {fmt_ratio(v['ours fpa'] / fastest)} | "
-                + " / ".join(f"{frac[k]:.2f}" for k in ("ours softmax", "ours fpa", "llama f32", bf))
-                + " |")
+                f"| {r['shape']} | {case} | {v['ours softmax']:.0f} | {v['ours fpa']:.0f}{live} | "
+                f"{v['llama f32']:.0f} | {v['llama bf16']:.0f} | "
+                f"{v['ours softmax'] / v['llama f32']:.2f}x | {v['ours softmax'] / fastest:.2f}x | "
+                f"{v['ours fpa'] / fastest:.2f}x | "
+                + " / ".join(f"{frac[k]:.2f}" for k in SIDES) + " |")
     return lines
 
 
