@@ -1,7 +1,9 @@
 """fpa-serve's CPU backend and llama.cpp on the same models, in one interleaved run (issue 12).
 
     /usr/bin/python3 bench/llama_cpp_compare.py [--bench build/bench/fpa-decode-bench]
-        [--shapes tiny 25m 85m] [--steps 64] [--windows 4] [--threads 2]
+        [--shapes tiny 25m 85m] [--steps 64] [--windows 8] [--threads 2] [--rounds 2]
+
+(about 9 minutes with --rounds 2 on the 2-core machine at load average 1-2; 5 with one round)
 
 What it does, all under bench/out/llama_cpp/ (git-ignored):
   1. llama.cpp: `npm install @node-llama-cpp/linux-x64@3.22.1` (prebuilt libllama and libggml,
