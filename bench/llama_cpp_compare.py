@@ -1,0 +1,302 @@
+"""fpa-serve's CPU backend and llama.cpp on the same models, in one interleaved run (issue 12).
+
+    /usr/bin/python3 bench/llama_cpp_compare.py [--bench build/bench/fpa-decode-bench]
+        [--shapes tiny 25m 85m] [--steps 64] [--windows 8] [--threads 2] [--rounds 2]
+
+(about 9 minutes with --rounds 2 on the 2-core machine at load average 1-2; 5 with one round)
+
+What it does, all under bench/out/llama_cpp/ (git-ignored):
+  1. llama.cpp: `npm install @node-llama-cpp/linux-x64@3.22.1` (prebuilt libllama and libggml,
+     one CPU backend per microarchitecture; the driver loads the one ggml scores highest on this
+     CPU) and `npm pack node-llama-cpp@3.22.1`, whose llama/gitRelease.bundle is llama.cpp's
+     source at the same release: its include/ and ggml/include/ are taken from it, and
+     bench/llama_cpp_driver.cc is compiled against them with g++.
+  2. Models: the tiny shape is the shipped models/softmax-tiny and models/fpa-tiny (d_model 160,
+     3 layers, 2x64 heads, d_ff 512); the 25M (512, 8 layers, 8x64, 1376) and 85M (768, 12,
+     12x64, 2048) shapes get random weights (train/reference.py's init_weights, seed 0, the FPA
+     walk's bias -0.1 as in bench/decode_compare.py), softmax with RoPE theta 10000 and FPA with
+     free levels. Each softmax model is written as GGUF (bench/gguf_write.py) in f32 and bf16.
+  3. A logits check: llama.cpp's logits for a 200-token sequence of softmax-tiny against
+     train/reference.py's forward (max abs difference printed, f32 and bf16).
+  4. Per shape and case (decode at batch 1 with context 512 and 4096, batch 8 and 32 at 512;
+     prefill 512 and 4096 from the batch-1 runs), one process per engine configuration, in an
+     order that rotates from case to case: fpa-serve softmax (full cache), fpa-serve FPA
+     (eviction on at the model's tau), llama.cpp f32 weights + f32 cache (flash attention off),
+     llama.cpp bf16 weights + f16 cache with flash attention. Every side runs the
+     same token streams (bench/decode_tokens.h), the same number of timed steps, fastest window.
+Prints a markdown table: tokens/s of each side, ratios to llama.cpp (its f32 configuration and
+its fastest), and each side's fraction of the machine's limit (decode: bytes of weights + keys and
+values read per step over 28 GB/s; prefill: FLOPs over 380 GFLOP/s for f32 weights, 1470 for
+bf16). FPA has no llama.cpp equivalent: its rows compare with llama.cpp's full-cache softmax.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "train"))
+import gguf_write  # noqa: E402
+from decode_compare import find_bench  # noqa: E402
+
+NPM_VERSION = "3.22.1"
+BANDWIDTH = 28e9  # DRAM read, 2 threads, 1 GiB array (issue 12)
+FLOPS = {"f32": 380e9, "bf16": 1470e9}  # GEMM at 2048^2, 2 threads
+SHAPES = {  # d_model, n_layers, n_heads, d_ff (head_dim 64)
+    "tiny": (160, 3, 2, 512),
+    "25m": (512, 8, 8, 1376),
+    "85m": (768, 12, 12, 2048),
+}
+CASES = [(1, 512), (8, 512), (32, 512), (1, 4096)]  # (batch, context)
+# llama.cpp's fastest configuration per weight dtype on this machine (probed on the 25M shape,
+# bench/RESULTS.md): f32 decodes fastest without flash attention (with it, 5x slower at 4096);
+# bf16 weights with an f16 cache fastest with it (1.15-1.55x decode, 1.3-2.7x prefill).
+LLAMA = {  # name: (gguf dtype, driver flags)
+    "llama f32": ("f32", ["--flash", "off", "--cache", "f32"]),
+    "llama bf16": ("bf16", ["--flash", "on", "--cache", "f16"]),
+}
+
+
+def sh(cmd, **kw) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def setup_llama(out: str) -> tuple[str, str]:
+    """npm packages -> (library dir, driver binary)."""
+    npm = os.path.join(out, "npm")
+    lib = os.path.join(npm, "node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
+    if not os.path.isdir(lib):
+        os.makedirs(npm, exist_ok=True)
+        sh(["npm", "install", "--ignore-scripts", "--no-save", "--no-package-lock",
+            f"@node-llama-cpp/linux-x64@{NPM_VERSION}"], cwd=npm)
+    src = os.path.join(npm, "llama-headers")
+    if not os.path.isdir(src):
+        sh(["npm", "pack", f"node-llama-cpp@{NPM_VERSION}"], cwd=npm)
+        tgz = os.path.join(npm, f"node-llama-cpp-{NPM_VERSION}.tgz")
+        sh(["tar", "xzf", tgz, "-C", npm, "package/llama/gitRelease.bundle"])
+        bare = os.path.join(npm, "llama.git")
+        sh(["git", "clone", "-q", "--bare", os.path.join(npm, "package/llama/gitRelease.bundle"),
+            bare])
+        os.makedirs(src)
+        archive = subprocess.run(["git", "--git-dir", bare, "archive", "HEAD", "include",
+                                  "ggml/include"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
+    driver = os.path.join(out, "llama-driver")
+    sh(["g++", "-std=c++20", "-O2", "-Wall", "-Werror", f"-I{ROOT}",
+        f"-I{src}/include", f"-I{src}/ggml/include", os.path.join(HERE, "llama_cpp_driver.cc"),
+        "-o", driver, f"-L{lib}", "-l:libllama.v0.5.0.so", "-l:libggml.v0.5.0.so",
+        "-l:libggml-base.so", f"-Wl,-rpath,{os.path.abspath(lib)}", "-ldl"])
+    return lib, driver
+
+
+def write_models(out: str, shapes: list[str]) -> dict:
+    """{shape: {"softmax": dir, "fpa": dir, "f32": gguf, "bf16": gguf}}"""
+    import torch
+    from export import save_model
+    from reference import Config, Model
+    torch.set_num_threads(1)
+    models = {}
+    os.makedirs(os.path.join(out, "models"), exist_ok=True)
+    for shape in shapes:
+        d, layers, heads, ff = SHAPES[shape]
+        m = {}
+        for kind in ("softmax", "fpa"):
+            if shape == "tiny":
+                m[kind] = os.path.join(ROOT, "models", f"{kind}-tiny")
+                continue
+            m[kind] = os.path.join(out, "models", f"{shape}-{kind}")
+            if not os.path.exists(os.path.join(m[kind], "model.safetensors")):
+                cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=64, d_ff=ff,
+                             attention=kind, levels="free" if kind == "fpa" else "tied",
+                             rope_theta=10000.0 if kind == "softmax" else 0.0)
+                model = Model(cfg).init_weights(0, field_bias=-0.1)
+                save_model(model, m[kind], {"note": "random weights for "
+                                            "bench/llama_cpp_compare.py, seed 0, field_bias -0.1"})
+        for dtype in ("f32", "bf16"):
+            m[dtype] = os.path.join(out, "models", f"{shape}-softmax-{dtype}.gguf")
+            if not os.path.exists(m[dtype]):
+                gguf_write.convert(m["softmax"], m[dtype], dtype)
+        models[shape] = m
+    return models
+
+
+def check_logits(lib: str, driver: str, out: str) -> list[str]:
+    """llama.cpp vs train/reference.py on softmax-tiny, 200 tokens, every position."""
+    import numpy as np
+    import torch
+    from export import load_model
+    from reference import encode
+    model_dir = os.path.join(ROOT, "models", "softmax-tiny")
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    tokens = encode(text)[:200]
+    with torch.no_grad():
+        ref = load_model(model_dir)(torch.tensor([tokens]))[0].numpy()
+    lines = []
+    for dtype, flags in LLAMA.values():
+        gguf = os.path.join(out, "models", f"tiny-softmax-{dtype}.gguf")
+        got = os.path.join(out, f"logits-{dtype}.f32")
+        sh([driver, "--lib", lib, "--model", gguf, *flags, "logits",
+            ",".join(map(str, tokens)), got])
+        llama = np.fromfile(got, dtype=np.float32).reshape(len(tokens), -1)
+        lines.append(f"softmax-tiny, {len(tokens)} tokens, llama.cpp {dtype} weights "
+                     f"({' '.join(flags)}) vs train/reference.py (float32): max |diff| "
+                     f"{np.abs(llama - ref).max():.3g} (logits up to {np.abs(ref).max():.3g})")
+    return lines
+
+
+def run_ours(bench: str, model_dir: str, batch: int, context: int, evict: bool, a) -> dict:
+    out = sh([bench, f"--model={model_dir}", f"--batch={batch}", f"--context={context}",
+              f"--evict={'on' if evict else 'off'}", f"--steps={a.steps}",
+              f"--windows={a.windows}", f"--threads={a.threads}", "--prefill_chunk=512"])
+    return json.loads(out.splitlines()[-1])
+
+
+def run_llama(lib: str, driver: str, gguf: str, flags: list, batch: int, context: int, a) -> dict:
+    out = sh([driver, "--lib", lib, "--model", gguf, *flags, "bench", "--batch", str(batch),
+              "--context", str(context), "--steps", str(a.steps), "--windows", str(a.windows),
+              "--threads", str(a.threads), "--prefill-chunk", "512"])
+    return json.loads(out.splitlines()[-1])
+
+
+def decode_fraction(shape: str, wbytes: int, kvbytes: int, r: dict, steps: int) -> float:
+    """(weights + every sequence's keys and values read) per step, times steps/s, over DRAM."""
+    d, layers, heads, ff = SHAPES[shape]
+    weights = layers * (4 * heads * 64 * d + 3 * ff * d) + 259 * d
+    kv = 2 * layers * heads * 64 * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
+    per_step = weights * wbytes + r["batch"] * kv * kvbytes
+    return per_step * r["tokens_per_s"] / r["batch"] / BANDWIDTH
+
+
+def prefill_fraction(shape: str, dtype: str, r: dict) -> float:
+    """Matrix FLOPs of a prompt token plus causal attention (q.k and p.v over T/2 keys on
+    average; no lm_head: both sides take logits of the last token only)."""
+    d, layers, heads, ff = SHAPES[shape]
+    flops = 2 * layers * (4 * heads * 64 * d + 3 * ff * d) + 4 * layers * heads * 64 * r[
+        "context"] / 2
+    return flops * r["prefill_tokens_per_s"] / FLOPS[dtype]
+
+
+def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: str, a):
+    """(name, thunk) for every engine configuration of one case."""
+    m = models[shape]
+    out = [("ours softmax", lambda: run_ours(a.bench, m["softmax"], batch, context, False, a)),
+           ("ours fpa", lambda: run_ours(a.bench, m["fpa"], batch, context, True, a))]
+    for name, (dtype, flags) in LLAMA.items():
+        out.append((name, lambda d=dtype, f=flags: run_llama(lib, driver, m[d], f, batch,
+                                                             context, a)))
+    return out
+
+
+BYTES = {  # side: (weight bytes, cache bytes, prefill dtype)
+    "ours softmax": (4, 4, "f32"), "ours fpa": (4, 4, "f32"), "llama f32": (4, 4, "f32"),
+    "llama bf16": (2, 2, "bf16"),
+}
+
+
+def best(old: dict | None, new: dict) -> dict:
+    """Of two rounds' results for one side and case: the faster decode and the faster prefill."""
+    if old is None:
+        return new
+    out = dict(max(old, new, key=lambda r: r["tokens_per_s"]))
+    out["prefill_tokens_per_s"] = max(old["prefill_tokens_per_s"], new["prefill_tokens_per_s"])
+    return out
+
+
+def measure(models: dict, lib: str, driver: str, a) -> list[dict]:
+    """Every case of every shape, the sides of a case back to back in an order that rotates;
+    with --rounds N the whole sweep N times, each side's best per case kept."""
+    rows, turn = {}, 0
+    for _ in range(a.rounds):
+        for shape in a.shapes:
+            for batch, context in CASES:
+                todo = sides(shape, batch, context, models, lib, driver, a)
+                turn += 1
+                todo = todo[turn % len(todo):] + todo[:turn % len(todo)]
+                row = rows.setdefault((shape, batch, context), {
+                    "shape": shape, "batch": batch, "context": context, "sides": {}})
+                for name, thunk in todo:
+                    row["sides"][name] = best(row["sides"].get(name), thunk())
+                print(f"  {shape} batch {batch} context {context}: " + ", ".join(
+                    f"{k} {v['tokens_per_s']:.0f}" for k, v in row["sides"].items()),
+                    file=sys.stderr)
+    return list(rows.values())
+
+
+SIDES = ("ours softmax", "ours fpa", "llama f32", "llama bf16")
+
+
+def table(rows: list[dict], a) -> list[str]:
+    head = ("| shape | case | fpa-serve softmax | fpa-serve FPA (live) | llama.cpp f32 | "
+            "llama.cpp bf16 | softmax / llama f32 | softmax / llama fastest | "
+            "FPA / llama fastest | limit: softmax / FPA / llama f32 / llama bf16 |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        for kind in ("decode", "prefill") if r["batch"] == 1 else ("decode",):
+            s = r["sides"]
+            if kind == "decode":
+                v = {k: s[k]["tokens_per_s"] for k in SIDES}
+                frac = {k: decode_fraction(r["shape"], *BYTES[k][:2], s[k], a.steps) for k in SIDES}
+                case = f"decode b{r['batch']} @{r['context']}"
+                live = f" ({s['ours fpa']['live_fraction']:.2f})"
+            else:
+                v = {k: s[k]["prefill_tokens_per_s"] for k in SIDES}
+                frac = {k: prefill_fraction(r["shape"], BYTES[k][2], s[k]) for k in SIDES}
+                case, live = f"prefill {r['context']}", ""
+            fastest = max(v["llama f32"], v["llama bf16"])
+            lines.append(
+                f"| {r['shape']} | {case} | {v['ours softmax']:.0f} | {v['ours fpa']:.0f}{live} | "
+                f"{v['llama f32']:.0f} | {v['llama bf16']:.0f} | "
+                f"{v['ours softmax'] / v['llama f32']:.2f}x | {v['ours softmax'] / fastest:.2f}x | "
+                f"{v['ours fpa'] / fastest:.2f}x | "
+                + " / ".join(f"{frac[k]:.2f}" for k in SIDES) + " |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", help="fpa-decode-bench binary (default: newest build*/bench/)")
+    ap.add_argument("--out", default=os.path.join(HERE, "out", "llama_cpp"))
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="sweeps over all cases; each side's fastest per case is reported")
+    ap.add_argument("--no-check", action="store_true", help="skip the logits check")
+    a = ap.parse_args()
+    a.bench = find_bench(a.bench)
+    if not shutil.which("npm") or not shutil.which("g++"):
+        sys.exit("needs npm and g++")
+    t0 = time.time()
+    lib, driver = setup_llama(a.out)
+    models = write_models(a.out, sorted(set(a.shapes) | {"tiny"}, key=list(SHAPES).index))
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {platform.node()}")
+    with open(os.path.join(lib, "_nlcBuildMetadata.json")) as f:
+        release = json.load(f)["buildOptions"]["llamaCpp"]["release"]
+    print(f"fpa-serve: {a.bench}; llama.cpp: @node-llama-cpp/linux-x64@{NPM_VERSION} "
+          f"(llama.cpp release {release})")
+    if not a.no_check:
+        for line in check_logits(lib, driver, a.out):
+            print(line)
+    rows = measure(models, lib, driver, a)
+    variant = rows[0]["sides"]["llama f32"]["cpu_variant"]
+    print(f"\nllama.cpp CPU backend: {variant}; {a.threads} threads each side; {a.steps} timed "
+          f"decode steps in {a.windows} windows, the fastest window's rate; best of {a.rounds} "
+          f"round(s) per side and case; load average at end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; wall {time.time() - t0:.0f} s\n")
+    print("\n".join(table(rows, a)))
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
