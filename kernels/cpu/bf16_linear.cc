@@ -51,15 +51,18 @@ FPA_BF16_TARGET inline float sum_lanes(__m512 v) {
   return s;
 }
 
+// The two 256-bit halves of a register, added (vector shuffles: the intrinsics trip
+// -Wuninitialized).
+FPA_BF16_TARGET inline __m256 add_halves(__m512 v) {
+  return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
 // The sums of four accumulators at once, for four adjacent outputs: a dot product over a short
 // row (d_model 160 is five chunks) costs about as much as reducing it one lane at a time.
 FPA_BF16_TARGET inline __m128 sum_lanes4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const auto half =
-      [](__m512 v) -> __m256 {  // vector shuffles: the intrinsics trip -Wuninitialized
-    return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-           __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  };
-  const __m256 ab = _mm256_hadd_ps(half(a), half(b)), cd = _mm256_hadd_ps(half(c), half(d));
+  const __m256 ab = _mm256_hadd_ps(add_halves(a), add_halves(b));
+  const __m256 cd = _mm256_hadd_ps(add_halves(c), add_halves(d));
   const __m256 abcd = _mm256_hadd_ps(ab, cd);  // per 128-bit half: a, b, c, d partial sums
   return __builtin_shufflevector(abcd, abcd, 0, 1, 2, 3) +
          __builtin_shufflevector(abcd, abcd, 4, 5, 6, 7);
