@@ -97,29 +97,37 @@ def setup_llama(out: str) -> tuple[str, str]:
     return lib, driver
 
 
-def write_models(out: str, shapes: list[str]) -> dict:
-    """{shape: {"softmax": dir, "fpa": dir, "f32": gguf, "bf16": gguf}}"""
+def weight_count(shape: str) -> int:
+    """Parameters a decode step reads: every layer's projections and the (tied) lm_head."""
+    d, layers, heads, ff = SHAPES[shape]
+    return layers * (4 * heads * 64 * d + 3 * ff * d) + 259 * d
+
+
+def write_random(out: str, shape: str, kind: str) -> str:
+    """A random-weight model of `shape` (softmax with RoPE, or fpa) under out/models/, once."""
     import torch
     from export import save_model
     from reference import Config, Model
     torch.set_num_threads(1)
+    d, layers, heads, ff = SHAPES[shape]
+    path = os.path.join(out, "models", f"{shape}-{kind}")
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=64, d_ff=ff,
+                     attention=kind, levels="free" if kind == "fpa" else "tied",
+                     rope_theta=10000.0 if kind == "softmax" else 0.0)
+        model = Model(cfg).init_weights(0, field_bias=-0.1)
+        save_model(model, path, {"note": "random weights for bench/ comparisons, seed 0, "
+                                         "field_bias -0.1"})
+    return path
+
+
+def write_models(out: str, shapes: list[str]) -> dict:
+    """{shape: {"softmax": dir, "fpa": dir, "f32": gguf, "bf16": gguf}}"""
     models = {}
     os.makedirs(os.path.join(out, "models"), exist_ok=True)
     for shape in shapes:
-        d, layers, heads, ff = SHAPES[shape]
-        m = {}
-        for kind in ("softmax", "fpa"):
-            if shape == "tiny":
-                m[kind] = os.path.join(ROOT, "models", f"{kind}-tiny")
-                continue
-            m[kind] = os.path.join(out, "models", f"{shape}-{kind}")
-            if not os.path.exists(os.path.join(m[kind], "model.safetensors")):
-                cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=64, d_ff=ff,
-                             attention=kind, levels="free" if kind == "fpa" else "tied",
-                             rope_theta=10000.0 if kind == "softmax" else 0.0)
-                model = Model(cfg).init_weights(0, field_bias=-0.1)
-                save_model(model, m[kind], {"note": "random weights for "
-                                            "bench/llama_cpp_compare.py, seed 0, field_bias -0.1"})
+        m = {kind: os.path.join(ROOT, "models", f"{kind}-tiny") if shape == "tiny"
+             else write_random(out, shape, kind) for kind in ("softmax", "fpa")}
         for dtype in ("f32", "bf16"):
             m[dtype] = os.path.join(out, "models", f"{shape}-softmax-{dtype}.gguf")
             if not os.path.exists(m[dtype]):
@@ -169,10 +177,9 @@ def run_llama(lib: str, driver: str, gguf: str, flags: list, batch: int, context
 
 def decode_fraction(shape: str, wbytes: int, kvbytes: int, r: dict, steps: int) -> float:
     """(weights + every sequence's keys and values read) per step, times steps/s, over DRAM."""
-    d, layers, heads, ff = SHAPES[shape]
-    weights = layers * (4 * heads * 64 * d + 3 * ff * d) + 259 * d
+    _, layers, heads, _ = SHAPES[shape]
     kv = 2 * layers * heads * 64 * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
-    per_step = weights * wbytes + r["batch"] * kv * kvbytes
+    per_step = weight_count(shape) * wbytes + r["batch"] * kv * kvbytes
     return per_step * r["tokens_per_s"] / r["batch"] / BANDWIDTH
 
 

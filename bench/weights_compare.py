@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """CPU decode and prefill with float32 against bf16 projection weights, side by side.
 
-Writes random-weight models of three shapes (fpa-tiny's, 25M and 85M parameters; softmax and
-fpa) into bench/out/ (ignored), then runs build/bench/fpa-decode-bench with --cpu-weights f32
-and bf16 in turn, round after round, and prints tokens/s of each, the ratio bf16/f32 (median
+Writes random-weight models of bench/llama_cpp_compare.py's three shapes (fpa-tiny's, 25M and
+85M parameters; softmax with RoPE and fpa) into bench/out/ (ignored), then runs
+build/bench/fpa-decode-bench with --cpu_weights f32 and bf16 in turn, round after round, and prints tokens/s of each, the ratio bf16/f32 (median
 over rounds) and the share of the machine's read bandwidth the decode step reaches (weight bytes
 plus the keys and values read per token, over the step time).
 
@@ -16,36 +16,9 @@ import statistics
 import subprocess
 import sys
 
-import torch
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "train"))
-from export import save_model  # noqa: E402
-from reference import Config, Model  # noqa: E402
-
-SHAPES = {  # name: d_model, layers, heads, head_dim, d_ff
-    "tiny": (160, 3, 2, 64, 512),
-    "25M": (512, 8, 8, 64, 1376),
-    "85M": (768, 12, 12, 64, 2048),
-}
-BANDWIDTH = 28e9  # bytes/s, DRAM read with 2 threads on this machine (measured)
-
-
-def write_model(name, attention, out):
-    d, layers, heads, hd, ff = SHAPES[name]
-    path = os.path.join(out, f"{name}-{attention}")
-    if not os.path.exists(os.path.join(path, "model.safetensors")):
-        levels = {"levels": "free" if attention == "fpa" else "tied"}
-        cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=hd, d_ff=ff,
-                     attention=attention, **levels)
-        save_model(Model(cfg).init_weights(0, field_bias=-0.1), path,
-                   {"note": f"random weights for bench/weights_compare.py ({name})"})
-    return path
-
-
-def projection_bytes(name, dtype_bytes):
-    d, layers, heads, hd, ff = SHAPES[name]
-    return (layers * (4 * d * heads * hd + 3 * d * ff) + 259 * d) * dtype_bytes
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from llama_cpp_compare import BANDWIDTH, SHAPES, weight_count, write_random  # noqa: E402
 
 
 def run(bench, model, weights, args):
@@ -59,7 +32,7 @@ def run(bench, model, weights, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bench", default=os.path.join(REPO, "build/bench/fpa-decode-bench"))
-    p.add_argument("--shapes", default="tiny,25M,85M")
+    p.add_argument("--shapes", default="tiny,25m,85m")
     p.add_argument("--attention", default="softmax,fpa")
     p.add_argument("--batch", default="1,8")
     p.add_argument("--context", default="512")
@@ -68,21 +41,20 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    torch.set_num_threads(1)
     out = os.path.join(REPO, "bench/out/weights_compare")
-    os.makedirs(out, exist_ok=True)
+    os.makedirs(os.path.join(out, "models"), exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the start")
     print("| shape | attention | batch | context | f32 tok/s | bf16 tok/s | bf16/f32 (min-max) | "
           "f32 prefill tok/s | bf16 prefill tok/s | bf16 share of 28 GB/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         for attention in args.attention.split(","):
-            model = write_model(name, attention, out)
+            model = write_random(out, name, attention)
             runs = {"f32": [], "bf16": []}
             for _ in range(args.rounds):
                 for weights in ("f32", "bf16"):
                     runs[weights].append(run(args.bench, model, weights, args))
-            d, layers, heads, hd, _ = SHAPES[name]
+            _, layers, heads, _ = SHAPES[name]
             for i, row in enumerate(runs["f32"][0]):
                 f32 = [r[i]["tokens_per_s"] for r in runs["f32"]]
                 bf16 = [r[i]["tokens_per_s"] for r in runs["bf16"]]
@@ -90,9 +62,9 @@ def main():
                 pf = [statistics.median(r[i]["prefill_tokens_per_s"] for r in runs[w])
                       for w in ("f32", "bf16")]
                 # A step reads the weights once for the batch and each sequence's keys/values.
-                kv = row["batch"] * row["context"] * layers * heads * hd * 2 * 4
+                kv = row["batch"] * row["context"] * layers * heads * 64 * 2 * 4
                 step_s = row["batch"] / statistics.median(bf16)
-                share = (projection_bytes(name, 2) + kv) / step_s / BANDWIDTH
+                share = (weight_count(name) * 2 + kv) / step_s / BANDWIDTH
                 print(f"| {name} | {attention} | {row['batch']} | {row['context']} | "
                       f"{statistics.median(f32):.0f} | {statistics.median(bf16):.0f} | "
                       f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | "
