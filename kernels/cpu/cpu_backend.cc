@@ -27,6 +27,7 @@ using cache::PageView;
 struct Batch {
   std::span<const ForwardItem> items;
   std::vector<int> offset;  // item -> first row; offset[items.size()] = total tokens
+  std::vector<char> mass;   // item -> whether its policy ranks keys by attention mass (h2o)
   int tokens() const { return offset.back(); }
   int len(size_t i) const { return offset[i + 1] - offset[i]; }
 };
@@ -68,7 +69,6 @@ class CpuBackend : public Backend {
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
-  std::vector<char> mass_;                    // item -> whether its policy ranks keys by mass
   // With bf16 weights: each projection's bf16 copy, by the model matrix's data.
   absl::flat_hash_map<const float*, cpu::Bf16Matrix> bf16_;
 };
@@ -136,8 +136,11 @@ void CpuBackend::resize(int n) {
 absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<float> logits,
                                  ForwardTrace* trace) {
   absl::MutexLock lock(&mu_);
-  Batch b{items, {0}};
-  for (const ForwardItem& it : items) b.offset.push_back(b.offset.back() + it.tokens.size());
+  Batch b{items, {0}, {}};
+  for (const ForwardItem& it : items) {
+    b.offset.push_back(b.offset.back() + it.tokens.size());
+    b.mass.push_back(cache_.ranks_by_mass(it.seq));
+  }
   FPA_RETURN_IF_ERROR(validate(b, logits, trace));
   const int n = b.tokens();
   resize(n);
@@ -220,15 +223,12 @@ void CpuBackend::walk_field(int l, const Batch& b) {
   }
 }
 
-// Each stream's pages, the threshold its policy has the kernels exclude keys at and whether the
-// policy needs the keys' attention mass.
+// Each stream's pages and the threshold its policy has the kernels exclude keys at.
 void CpuBackend::gather_pages(int l, const Batch& b) {
   pages_.resize(b.items.size() * c_.n_heads);
   thr_.resize(pages_.size());
-  mass_.resize(b.items.size());
   const std::vector<float>& beta = model_.layers()[l].beta;
   for (size_t i = 0; i < b.items.size(); ++i) {
-    mass_[i] = cache_.ranks_by_mass(b.items[i].seq);
     for (int h = 0; h < c_.n_heads; ++h) {
       thr_[stream(i, h)] = cache_.threshold(b.items[i].seq, beta[h]);
       std::vector<PageView>& views = pages_[stream(i, h)];
@@ -253,7 +253,7 @@ void CpuBackend::attend(int l, const Batch& b) {
     const cpu::Penalty pen{beta[h], thr_[s]};
     const long off = b.offset[i];
     const long col = off * width() + h * hd;
-    const cpu::CachedKeys keys{pages_[s], page_slots, mass_[i] != 0};
+    const cpu::CachedKeys keys{pages_[s], page_slots, b.mass[i] != 0};
     if (b.len(i) == 1) {
       const cpu::OwnKey own{k_.data() + col, v_.data() + col};
       acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
