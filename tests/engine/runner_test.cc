@@ -2,6 +2,7 @@
 // generation, an exhausted pool is a clean error with nothing changed, samplers are seeded.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 #include "server/engine/model_runner.h"
@@ -126,7 +127,7 @@ TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
   EXPECT_EQ(runner_->step(mixed, two).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(runner_->position(a), 10);
   EXPECT_EQ(cache_->stats().pages_reserved, 0);  // a failed step hands its reservations back
-  runner_->finish(a);  // after the scheduler preempts a, b fits
+  runner_->finish(a);                            // after the scheduler preempts a, b fits
   EXPECT_TRUE(runner_->step(too_big, logits).ok());
   EXPECT_EQ(runner_->position(b), 10);
 }
@@ -177,6 +178,42 @@ TEST_P(RunnerTest, HeuristicPoliciesKeepTheirBudget) {
     // ceil(0.25 * 65) = 17 keys per stream at most.
     EXPECT_LE(st.live_keys, 17 * model_->config().n_layers * model_->config().n_heads)
         << cache::policy_name(policy);
+    runner_->finish(s);
+  }
+}
+
+// Attention mass of the keys a stream holds, by position.
+std::map<int32_t, float> mass_by_position(cache::KvCache& cache, cache::SeqId s) {
+  std::map<int32_t, float> out;
+  for (int32_t id : cache.pages(s, 0, 0)) {
+    const cache::PageView v = cache.page(id);
+    for (int j = 0; j < cache.shape().page_slots; ++j) {
+      if (v.pos[j] >= 0) out[v.pos[j]] = v.acc[j];
+    }
+  }
+  return out;
+}
+
+// The kernels add each cached key's attention to its acc for h2o, which ranks by it, and leave
+// acc alone for a policy that does not (one pass fewer over the keys).
+TEST_P(RunnerTest, AttentionMassGrowsOnlyForH2o) {
+  for (cache::Policy policy : {cache::Policy::kH2O, cache::Policy::kWindow}) {
+    const cache::SeqId s = *runner_->start({.policy = policy, .budget_fraction = 0.5f});
+    const std::vector<int32_t> p = prompt(40, 7);
+    std::vector<float> logits(model_->config().vocab_size);
+    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, p}}, logits).ok());
+    const std::map<int32_t, float> before = mass_by_position(*cache_, s);
+    const int32_t next = 41;
+    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, {&next, 1}}}, logits).ok());
+    double grown = 0;
+    for (const auto& [pos, acc] : mass_by_position(*cache_, s)) {
+      if (auto it = before.find(pos); it != before.end()) grown += acc - it->second;
+    }
+    if (policy == cache::Policy::kH2O) {
+      EXPECT_GT(grown, 0.01);
+    } else {
+      EXPECT_EQ(grown, 0.0);
+    }
     runner_->finish(s);
   }
 }
