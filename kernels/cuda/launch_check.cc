@@ -1,15 +1,13 @@
 #include "kernels/cuda/launch_check.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_memory.h"
 
 namespace fpa::cuda {
 namespace {
-
-absl::Status failed(absl::string_view what, cudaError_t err) {
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
 
 bool sync_launches() {
   static const bool sync = [] {
@@ -21,18 +19,16 @@ bool sync_launches() {
 
 }  // namespace
 
-absl::Status checked(absl::string_view what, cudaStream_t stream) {
-  if (!sync_launches()) return absl::OkStatus();
-  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) return failed(what, err);
-  return absl::OkStatus();
+absl::Status checked(const char* what, cudaStream_t stream) {
+  return sync_launches() ? cuda_status(cudaStreamSynchronize(stream), what) : absl::OkStatus();
 }
 
 // The kernel's name is spelled out only on failure: launches are a decode step's hot path.
 absl::Status launched(const char* kernel, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess && sync_launches()) err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess) return failed(absl::StrCat("kernel ", kernel), err);
-  return absl::OkStatus();
+  if (err == cudaSuccess) return absl::OkStatus();
+  return cuda_status(err, absl::StrCat("kernel ", kernel).c_str());
 }
 
 }  // namespace fpa::cuda

@@ -7,12 +7,11 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 
 namespace fpa::cuda {
 
 // After a cuBLAS call that succeeded: with FPA_CUDA_SYNC=1, the result of its kernels.
-absl::Status checked(absl::string_view what, cudaStream_t stream);
+absl::Status checked(const char* what, cudaStream_t stream);
 
 // After `kernel`'s launch: the launch's error, and with FPA_CUDA_SYNC=1 the kernel's.
 absl::Status launched(const char* kernel, cudaStream_t stream);
