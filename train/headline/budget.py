@@ -41,13 +41,18 @@ def hard_live(exc, beta, tau: float):
     return kept.sum((0, 2, 3)) / (exc.shape[0] * below.sum())
 
 
-def budget_loss(excesses: list, tau: float, temp: float, target: float):
+REDUCE = {"mean": torch.mean, "sum": torch.sum}
+
+
+def budget_loss(excesses: list, tau: float, temp: float, target: float, reduce: str = "mean"):
     """(loss, soft live share per head of every layer) from fast.forward's `excesses`; a zero
-    loss for softmax models (no excess: nothing the model could learn to evict)."""
+    loss for softmax models (no excess: nothing the model could learn to evict). `reduce` over
+    heads: the mean gives one head that keeps every key 1/H of the push (gen2's retrieval head
+    kept all of its keys under it); the sum gives each head the whole weight."""
     if not excesses:
         return torch.zeros(()), torch.ones(0)
     shares = torch.cat([soft_live(exc, beta, tau, temp) for exc, beta in excesses])
-    return F.relu(shares - target).mean(), shares.detach()
+    return REDUCE[reduce](F.relu(shares - target)), shares.detach()
 
 
 class Gate:

@@ -12,7 +12,8 @@ per row, so the copy circuit that the passkey needs forms sooner.
 
 With `varied` (the second-generation recipe), all but `STANDARD_SHARE` of the episodes draw their
 filler family and wording from texts.py (its held-out family and question never appear), and
-every copy of the key after its first mention is a copy target.
+every copy of the key after its first mention is a copy target. `varied` 2 (the third-generation
+stage) also varies the answer cue (texts.CUE_QUESTIONS).
 """
 from __future__ import annotations
 
@@ -55,21 +56,24 @@ def episode_text(rng: random.Random, n_tokens: int, key: str) -> str:
     return " ".join(head + filler[:at] + [needle(key)] + filler[at:] + [QUESTION])
 
 
-def varied_text(rng: random.Random, n_tokens: int, key: str) -> str:
+def varied_text(rng: random.Random, n_tokens: int, key: str, cues: bool = False) -> str:
     """episode_text's benchmark wording in STANDARD_SHARE of the draws, else a training filler
     family and wording from texts.py with the needle at any sentence boundary."""
     if rng.random() < STANDARD_SHARE:
         return episode_text(rng, n_tokens, key)
-    return prompt(rng, n_tokens - 1, None, Wording(rng, key), rng.choice(TRAIN_FAMILIES))
+    return prompt(rng, n_tokens - 1, None, Wording(rng, key, cues=cues),
+                  rng.choice(TRAIN_FAMILIES))
 
 
 def episode(rng: random.Random, n_tokens: int, answer_w: float, copy_w: float,
-            varied: bool = False):
+            varied: int = 0):
     """(tokens, weights of predicting token p at index p-1) for one episode of <= n_tokens:
-    the answer digits weigh answer_w, the key's repeats inside the prompt copy_w."""
+    the answer digits weigh answer_w, the key's repeats inside the prompt copy_w. `varied`: 0
+    the benchmark's wording, 1 texts.py's fillers and wordings, 2 those and the answer cues."""
     key = random_key(rng)
-    text = (varied_text if varied else episode_text)(
-        rng, rng.randint(max(100, n_tokens // 2), n_tokens - 8), key)
+    n_text = rng.randint(max(100, n_tokens // 2), n_tokens - 8)
+    text = (varied_text(rng, n_text, key, cues=varied >= 2) if varied
+            else episode_text(rng, n_text, key))
     tokens = encode(text) + list(f" {key}.".encode()) + [EOS]
     weights = {}
     body = text.encode()
@@ -94,7 +98,7 @@ class DenseBatches:
     """Batches of `tokens_per_step` tokens in rows of one length drawn from `lengths`."""
 
     def __init__(self, seed: int, text_share: float = 0.15, answer_w: float = 8.0,
-                 copy_w: float = 2.0, repeat_share: float = 0.0, varied: bool = False):
+                 copy_w: float = 2.0, repeat_share: float = 0.0, varied: int = 0):
         self.rng = random.Random(seed)
         self.text = encode("\n\n".join(license_texts(held_out=False).values()), bos=False)
         self.text_share, self.answer_w, self.copy_w = text_share, answer_w, copy_w

@@ -41,11 +41,13 @@ def test_stopped_and_resumed_run_equals_uninterrupted(tmp_path):
         " --stop-after 2"  # the command that started the run, not the resume
 
 
-def test_held_out_filler_and_question_never_in_training():
-    data = DenseBatches(3, varied=True)
+@pytest.mark.parametrize("varied", [1, 2])
+def test_held_out_filler_and_question_never_in_training(varied):
+    data = DenseBatches(3, varied=varied)
     rows = [decode(data.batch(512, 1)[0][0]) for _ in range(300)]
     assert not [r for r in rows if any(m in r for m in HELD_OUT_MARKS)]
-    for question in texts.QUESTIONS:  # and the variety is real: every training wording occurs
+    questions = texts.QUESTIONS + (texts.CUE_QUESTIONS if varied == 2 else [])
+    for question in questions:  # and the variety is real: every training wording occurs
         assert any(question.split("{noun}")[-1] in r for r in rows), question
     for sentence in ("The river is wide.", "The grass is green.", "Covered Software"):
         assert any(sentence in r for r in rows), sentence
@@ -118,3 +120,11 @@ def test_gate_holds_the_budget_until_answers_are_right():
     weights = [gate.update(1.0) for _ in range(10)]
     assert weights[-1] > 1.9 and weights == sorted(weights)
     assert gate.update(0.0) == 0.0  # a miss closes it again
+
+
+def test_summed_budget_gives_each_head_the_whole_push(monkeypatch):
+    shares = torch.tensor([1.0, 0.1, 0.1, 0.1])  # one head keeps every key, three are in budget
+    monkeypatch.setattr(budget, "soft_live", lambda exc, beta, tau, temp: shares)
+    mean, _ = budget.budget_loss([(None, None)], 20.0, 4.0, 0.15)
+    total, _ = budget.budget_loss([(None, None)], 20.0, 4.0, 0.15, reduce="sum")
+    assert total.item() == pytest.approx(0.85) and mean.item() == pytest.approx(0.85 / 4)

@@ -45,6 +45,15 @@ QUESTIONS = ["What is the {noun}? The {noun} is",
              "Tell me the {noun}. The {noun} is",
              "Do you remember the {noun}? It was"]
 TASKS = [TASK, "Read the text below and remember the {noun} in it.", None]
+# The third-generation stage adds questions whose answer follows a cue ("Answer:", "A:", a
+# colon) rather than "... is": gen2 models answered no cue they had not seen (the held-out
+# question ends in "Answer:"), so the variety has to cover the cue as well as the words.
+CUE_QUESTIONS = ["What is the {noun}? Answer:",
+                 "Question: which {noun} was given above? Answer:",
+                 "Q: What was the {noun}? A:",
+                 "Write down the {noun}:",
+                 "The {noun} in the text above reads:",
+                 "Name the {noun} from the passage. Reply:"]
 HELD_OUT_QUESTION = "Recall the {noun} hidden in the text. Answer:"
 HELD_OUT_FILLER = "weather"
 
@@ -106,9 +115,11 @@ TRAIN_FAMILIES = [f for f in FAMILIES if f != HELD_OUT_FILLER]
 
 
 class Wording:
-    """One draw of (task line or None, needle, question) around a key."""
+    """One draw of (task line or None, needle, question) around a key; `cues` (level 2 of the
+    recipe's variety) adds CUE_QUESTIONS to the questions drawn from."""
 
-    def __init__(self, rng: random.Random | None, key: str, held_out: bool = False):
+    def __init__(self, rng: random.Random | None, key: str, held_out: bool = False,
+                 cues: bool = False):
         if rng is None:  # the benchmark's own wording (data.py)
             self.task, self.needle, self.question = TASK, needle(key), QUESTION
             return
@@ -116,7 +127,8 @@ class Wording:
         task = rng.choice(TASKS)
         self.task = task.format(noun=noun) if task else None
         self.needle = rng.choice(NEEDLES).format(noun=noun, key=key)
-        question = HELD_OUT_QUESTION if held_out else rng.choice(QUESTIONS)
+        questions = QUESTIONS + CUE_QUESTIONS if cues else QUESTIONS
+        question = HELD_OUT_QUESTION if held_out else rng.choice(questions)
         self.question = question.format(noun=noun)
 
 

@@ -41,7 +41,7 @@ from data import heldout_tokens  # noqa: E402
 from dense_data import DenseBatches  # noqa: E402
 from export import save_model  # noqa: E402
 import texts  # noqa: E402
-from budget import Gate, budget_loss  # noqa: E402
+from budget import REDUCE, Gate, budget_loss  # noqa: E402
 from reference import KINDS, Config, Model  # noqa: E402
 from train import build_model, optimizer  # noqa: E402
 
@@ -71,14 +71,17 @@ def parse_args(argv=None):
     ap.add_argument("--text-share", type=float, default=0.15)
     ap.add_argument("--repeat-share", type=float, default=0.3,
                     help="share of rows that repeat a random string (induction-head task)")
-    ap.add_argument("--varied", action="store_true",
-                    help="filler families and wordings from texts.py (its held-out ones excluded)")
+    ap.add_argument("--varied", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2),
+                    help="filler families and wordings from texts.py (its held-out ones "
+                         "excluded); 2 also varies the answer cue (texts.CUE_QUESTIONS)")
     ap.add_argument("--budget-weight", type=float, default=0.0,
                     help="weight of the learnt cache budget (budget.py) once retrieval is right")
     ap.add_argument("--budget-target", type=float, default=0.15,
                     help="share of the keys each head may keep before the budget term pushes it")
     ap.add_argument("--budget-temp", type=float, default=4.0,
                     help="width (logits of penalty) of the soft eviction step")
+    ap.add_argument("--budget-reduce", choices=sorted(REDUCE), default="mean",
+                    help="how the per-head hinges combine (sum: every head gets the full weight)")
     ap.add_argument("--gate", type=float, default=0.9,
                     help="running answer-digit accuracy under which the budget term is off")
     ap.add_argument("--penalty-warmup", type=int, default=0, metavar="STEPS",
@@ -111,7 +114,7 @@ def parse_args(argv=None):
 
 def resumed_args(cli: argparse.Namespace) -> argparse.Namespace:
     saved = torch.load(os.path.join(cli.resume, "ckpt.pt"), map_location="cpu")["args"]
-    args = argparse.Namespace(**saved)
+    args = argparse.Namespace(**{**vars(parse_args(["--steps", "1"])), **saved})
     args.resume, args.run_dir = cli.resume, cli.resume
     args.threads, args.stop_after = cli.threads or args.threads, cli.stop_after
     args.export = cli.export or args.export
@@ -256,7 +259,7 @@ def train_step(run: Run, args) -> dict:
     out = {"len": t, "loss": loss.item(), "digit_acc": acc}
     if excesses:
         budget, shares = budget_loss(excesses, run.model.cfg.tau, args.budget_temp,
-                                     args.budget_target)
+                                     args.budget_target, args.budget_reduce)
         total = loss + weight * budget
         out.update(budget=budget.item(), weight=weight, live=shares.mean().item())
     run.opt.zero_grad(set_to_none=True)
@@ -344,7 +347,8 @@ def provenance(args, run: Run, history: list) -> dict:
             "parameters": sum(p.numel() for p in run.model.parameters()),
             "warm_start": args.init, "data": data,
             "budget": {"weight": args.budget_weight, "target": args.budget_target,
-                       "temp": args.budget_temp, "gate": args.gate},
+                       "temp": args.budget_temp, "gate": args.gate,
+                       "reduce": args.budget_reduce},
             "eval": history[-1] if history else {}}
 
 
