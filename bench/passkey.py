@@ -24,7 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "train"))
+sys.path.insert(0, os.path.join(ROOT, "train", "headline"))
 from data import passkey_prompt, random_key  # noqa: E402  (the trainer's exact format)
+from texts import heldout_prompt  # noqa: E402  (the recipe's held-out filler and question)
+
+PROMPT_SETS = {"standard": passkey_prompt, "heldout": heldout_prompt}
 
 HEURISTICS = ("window", "sinks", "h2o")
 
@@ -44,6 +48,9 @@ def parse_args(argv=None):
     p.add_argument("--lengths", default="1,2,4,8", help="context lengths as multiples of train_len")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
     p.add_argument("--samples", type=int, default=1, help="prompts per (length, depth)")
+    p.add_argument("--prompt-set", choices=sorted(PROMPT_SETS), default="standard",
+                   help="standard: the benchmark's filler and question; heldout: the filler "
+                        "family and question the second-generation recipe never trains on")
     p.add_argument("--policies", default="none,fpa,window,sinks,h2o")
     p.add_argument("--budgets", default="auto,0.25",
                    help="heuristic budgets: fractions, or auto = what fpa held at that length")
@@ -56,7 +63,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def make_prompts(train_len, lengths, depths, samples, seed):
+def make_prompts(train_len, lengths, depths, samples, seed, make=passkey_prompt):
     """[(length, depth, key, text)], the same prompts for every policy."""
     rng = random.Random(seed)
     out = []
@@ -65,7 +72,7 @@ def make_prompts(train_len, lengths, depths, samples, seed):
             for _ in range(samples):
                 key = random_key(rng)
                 out.append((int(mult * train_len), depth, key,
-                            passkey_prompt(int(mult * train_len), depth, key)))
+                            make(int(mult * train_len), depth, key)))
     return out
 
 
@@ -176,7 +183,8 @@ def main(argv=None):
     info = client.info()
     deadline = time.monotonic() + args.time_limit
     prompts = make_prompts(info.train_len, [float(x) for x in args.lengths.split(",")],
-                           [float(x) for x in args.depths.split(",")], args.samples, args.seed)
+                           [float(x) for x in args.depths.split(",")], args.samples, args.seed,
+                           PROMPT_SETS[args.prompt_set])
     policies = args.policies.split(",")
     base = [(p, pol, None, None) for p in prompts for pol in policies if pol in ("none", "fpa")]
     records = run_batch(client, base, args, deadline)

@@ -7,16 +7,21 @@ namespace fpa::cuda {
 PoolMirror::PoolMirror(int64_t pages, int page_slots)
     : page_slots_(page_slots), slots_(static_cast<size_t>(pages) * page_slots) {}
 
-void PoolMirror::attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min,
-                        float thr) {
+int PoolMirror::attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min,
+                       float thr) {
+  int retired = 0;
   for (int32_t page : pre_step_pages) {
     for (int s = 0; s < page_slots_; ++s) {
       Slot& slot = slots_[static_cast<size_t>(page) * page_slots_ + s];
       if (slot.pos < 0 || slot.pos >= pos0) continue;
       slot.m = std::min(slot.m, chunk_min);
-      if (slot.lvl - slot.m >= thr) slot.pos = -1;
+      if (slot.lvl - slot.m >= thr) {
+        slot.pos = -1;
+        ++retired;
+      }
     }
   }
+  return retired;
 }
 
 void PoolMirror::apply(const cache::LayerChanges& update) {

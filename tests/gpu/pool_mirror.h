@@ -17,8 +17,9 @@ class PoolMirror {
   PoolMirror(int64_t pages, int page_slots);
 
   // What attention_kernel (one-token items) or commit_chunk_kernel (chunks) does to the cached
-  // keys of one stream: m = min(m, chunk_min), free the keys with lvl - m >= thr.
-  void attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min, float thr);
+  // keys of one stream: m = min(m, chunk_min), free the keys with lvl - m >= thr. Returns how
+  // many it freed (what the kernels count as retired).
+  int attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min, float thr);
   // launch_pool_update.
   void apply(const cache::LayerChanges& update);
   std::set<int32_t> live(std::span<const int32_t> pages) const;

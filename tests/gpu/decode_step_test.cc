@@ -1,0 +1,235 @@
+// The decode step without a per-layer host round-trip (decode_step.h), on the host: every
+// layer's attention runs on the pre-step pool, the cache settles all layers after the step, and
+// the emulated device pool (pool_mirror.h) must end each step exactly where the per-layer order
+// (attend, update, next layer) leaves it, equal to a brute-force FPA reference, with the retired
+// counts the kernels report agreeing with the cache's evictions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "kernels/cuda/decode_step.h"
+#include "tests/gpu/pool_mirror.h"
+
+namespace fpa::cuda {
+namespace {
+
+constexpr int kLayers = 3;
+constexpr int kHeads = 2;
+constexpr int kSlots = 4;
+constexpr int kPages = 200;
+const ModelDims kDims{259, kLayers, kHeads, 4};
+
+// One stream's field: a random walk with free levels that falls often, so keys die steadily.
+struct Walk {
+  std::vector<float> phi, lvl;
+  Walk(int n, std::mt19937& rng) {
+    std::uniform_real_distribution<float> d(-1.0f, 0.5f), u(-1.0f, 1.0f);
+    float p = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      phi.push_back(p += d(rng));
+      lvl.push_back(p + u(rng));
+    }
+  }
+};
+
+struct Stream {
+  Walk walk;
+  std::map<int32_t, float> live;  // the reference: pos -> lvl
+};
+
+struct Seq {
+  cache::SeqId id = -1;
+  int32_t pos = 0;
+  std::vector<Stream> streams;  // [layer][head]
+  Stream& at(int l, int h) { return streams[static_cast<size_t>(l * kHeads + h)]; }
+};
+
+class DecodeStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cache = cache::KvCache::create({kLayers, kHeads, 4, kSlots}, kPages, false);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+    for (int l = 0; l < kLayers; ++l) {
+      betas_.push_back({1.0f + 0.5f * static_cast<float>(l), 0.5f});
+      views_.emplace_back(betas_.back());
+    }
+  }
+
+  void add_seq(int n, std::mt19937& rng) {
+    Seq& s = seqs_.emplace_back();
+    auto id = cache_->add_sequence({.policy = cache::Policy::kFpa, .tau = 2.0f});
+    ASSERT_TRUE(id.ok()) << id.status();
+    s.id = *id;
+    for (int i = 0; i < kLayers * kHeads; ++i) s.streams.push_back({Walk(n, rng), {}});
+  }
+
+  // The field rows of the step, [layer][row][head], as the device's field kernel writes them.
+  void field(std::vector<float>& phi, std::vector<float>& lvl) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (Seq& s : seqs_) {
+        for (int h = 0; h < kHeads; ++h) {
+          phi.push_back(s.at(l, h).walk.phi[s.pos]);
+          lvl.push_back(s.at(l, h).walk.lvl[s.pos]);
+        }
+      }
+    }
+  }
+
+  // One decode step of every sequence, run the deferred way and checked against the per-layer
+  // order and the reference. Returns pages one layer's update took that another layer held when
+  // the step began (the reuse that makes the update order matter).
+  int step() {
+    const std::vector<int32_t> token{65};
+    std::vector<ForwardItem> items;
+    for (Seq& s : seqs_) items.push_back({s.id, token, s.pos});
+    auto layout = plan_batch(items, items.size() * 259, false, kDims);
+    EXPECT_TRUE(layout.ok()) << layout.status();
+    for (const ForwardItem& item : items) EXPECT_TRUE(cache_->reserve(item.seq, 1));
+    const DecodeInputs in = decode_inputs(items, views_, *cache_);
+    std::vector<float> phi, lvl;
+    field(phi, lvl);
+
+    PoolMirror per_layer = deferred_;  // the same pool, updated layer by layer below
+    std::vector<int32_t> retired(kLayers, 0);
+    for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
+    auto changes = settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()},
+                                 retired);
+    EXPECT_TRUE(changes.ok()) << changes.status();
+    if (!changes.ok()) return 0;
+    for (const cache::LayerChanges& c : *changes) deferred_.apply(c);
+    for (int l = 0; l < kLayers; ++l) {
+      attend(per_layer, in, l, phi);
+      per_layer.apply((*changes)[l]);
+    }
+    for (const ForwardItem& item : items) cache_->unreserve(item.seq);
+    check(per_layer);
+    return reused_across_layers(in, *changes);
+  }
+
+  int attend(PoolMirror& pool, const DecodeInputs& in, int l, const std::vector<float>& phi) {
+    int retired = 0;
+    const size_t n = seqs_.size();
+    for (size_t i = 0; i < n; ++i) {
+      for (int h = 0; h < kHeads; ++h) {
+        const size_t st = (l * n + i) * kHeads + h;
+        retired += pool.attend(
+            std::span(in.tables.ids).subspan(in.tables.offset[st], in.tables.count[st]),
+            seqs_[i].pos, phi[st], in.thr[st]);
+      }
+    }
+    return retired;
+  }
+
+  void check(const PoolMirror& per_layer) {
+    for (Seq& s : seqs_) {
+      for (int l = 0; l < kLayers; ++l) {
+        for (int h = 0; h < kHeads; ++h) {
+          Stream& st = s.at(l, h);
+          const float thr = 2.0f / betas_[l][h];
+          const float p = st.walk.phi[s.pos];
+          std::erase_if(st.live, [&](const auto& kv) { return kv.second - p >= thr; });
+          st.live[s.pos] = st.walk.lvl[s.pos];
+          std::set<int32_t> want;
+          for (const auto& kv : st.live) want.insert(kv.first);
+          const std::span<const int32_t> pages = cache_->pages(s.id, l, h);
+          EXPECT_EQ(deferred_.live(pages), want) << "layer " << l << " head " << h;
+          EXPECT_EQ(per_layer.live(pages), want) << "layer " << l << " head " << h;
+          EXPECT_FLOAT_EQ(cache_->last_phi(s.id, l, h), p);
+        }
+      }
+      ++s.pos;
+    }
+  }
+
+  int reused_across_layers(const DecodeInputs& in,
+                           const std::vector<cache::LayerChanges>& changes) const {
+    std::map<int32_t, int> owner;  // page -> the layer holding it when the step began
+    const size_t per_layer = seqs_.size() * kHeads;
+    for (size_t st = 0; st < in.tables.count.size(); ++st) {
+      for (int c = 0; c < in.tables.count[st]; ++c) {
+        owner[in.tables.ids[in.tables.offset[st] + c]] = static_cast<int>(st / per_layer);
+      }
+    }
+    int reused = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      for (int32_t page : changes[l].reset_pages) {
+        auto it = owner.find(page);
+        reused += it != owner.end() && it->second != l;
+      }
+    }
+    return reused;
+  }
+
+  std::unique_ptr<cache::KvCache> cache_;
+  std::vector<std::vector<float>> betas_;
+  std::vector<std::span<const float>> views_;
+  std::vector<Seq> seqs_;
+  PoolMirror deferred_{kPages, kSlots};
+};
+
+TEST_F(DecodeStepTest, DeferredUpdateEqualsThePerLayerOrderAndTheReference) {
+  std::mt19937 rng(5);
+  for (int i = 0; i < 4; ++i) add_seq(120, rng);
+  int reused = 0;
+  for (int t = 0; t < 120 && !HasFailure(); ++t) reused += step();
+  EXPECT_GT(reused, 0) << "no page changed layer within a step: the order was never tested";
+  EXPECT_GT(cache_->stats().evicted_slots, 0);
+}
+
+TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
+  std::mt19937 rng(9);
+  add_seq(8, rng);
+  const std::vector<int32_t> token{65};
+  const std::vector<ForwardItem> items{{seqs_[0].id, token, 0}};
+  auto layout = plan_batch(items, 259, false, kDims);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
+  const DecodeInputs in = decode_inputs(items, views_, *cache_);
+  std::vector<float> phi, lvl;
+  field(phi, lvl);
+  std::vector<int32_t> retired(kLayers);
+  for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
+  retired[1] = 1;  // the device claims a key the cache (empty before this token) cannot evict
+  auto changes =
+      settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
+  ASSERT_FALSE(changes.ok());
+  EXPECT_EQ(changes.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(changes.status().message().find("layer 1: the cache evicted 0 keys, the device "
+                                            "retired 1"),
+            std::string::npos)
+      << changes.status();
+}
+
+TEST(DecodeStep, OnlyOneTokenItemsRunWithoutTheHost) {
+  const std::vector<int32_t> one{1}, two{1, 2};
+  EXPECT_TRUE(decode_only(std::vector<ForwardItem>{{0, one, 3}, {1, one, 7}}));
+  EXPECT_FALSE(decode_only(std::vector<ForwardItem>{{0, one, 3}, {1, two, 0}}));
+}
+
+TEST(DecodeStep, FlattenKeepsEachLayersEditsAndShiftsItsRows) {
+  std::vector<cache::LayerChanges> layers(2);
+  layers[0].reset_pages = {3};
+  layers[0].writes = {{12, 1, 0, 5, 0.5f, 1.0f}};
+  layers[1].writes = {{20, 1, 1, 5, 0.5f, 1.0f}, {21, 0, 0, 6, 0.5f, 1.0f}};
+  layers[1].moves = {{21, 4}};
+  const FlatChanges flat = flatten(layers, 2);
+  EXPECT_EQ(flat.resets, (std::vector<int32_t>{3}));
+  ASSERT_EQ(flat.writes.size(), 3u);
+  EXPECT_EQ(flat.writes[0].row, 1);
+  EXPECT_EQ(flat.writes[1].row, 3);  // layer 1, row 1: layer * rows + row
+  EXPECT_EQ(flat.writes[2].row, 2);
+  ASSERT_EQ(flat.layers.size(), 2u);
+  EXPECT_EQ(flat.layers[1].writes.first, 1);
+  EXPECT_EQ(flat.layers[1].writes.count, 2);
+  EXPECT_EQ(flat.layers[1].resets.count, 0);
+  EXPECT_EQ(flat.layers[1].moves.first, 0);
+  EXPECT_EQ(flat.layers[1].moves.count, 1);
+}
+
+}  // namespace
+}  // namespace fpa::cuda
