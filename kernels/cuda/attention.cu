@@ -134,6 +134,12 @@ __device__ void attend_chunk(const AttentionArgs& a, const Task& t, Softmax& st,
   }
 }
 
+// A cached key the threshold kills leaves the pool, counted for the host's check (decode_step.h).
+__device__ __forceinline__ void retire(const AttentionArgs& a, const PoolView& pool, size_t slot) {
+  pool.pos[slot] = -1;
+  if (a.retired) atomicAdd(a.retired, 1);
+}
+
 // This split's share of the sequence's cached pages (as they were before this step).
 template <typename T>
 __device__ void attend_cached(const AttentionArgs& a, const PoolView& pool, const Task& t,
@@ -165,7 +171,7 @@ __device__ void attend_cached(const AttentionArgs& a, const PoolView& pool, cons
         live = !(diff >= t.thr);
         if (in_place) {  // the only reader of this slot in this step
           pool.m[slot] = m;
-          if (!live) pool.pos[slot] = -1;
+          if (!live) retire(a, pool, slot);
         }
         if (live) {
           s = dot_row(keys + slot * t.head_dim, t.q, t.head_dim) - t.beta * fmaxf(0.0f, diff);
@@ -266,7 +272,7 @@ __global__ void commit_chunk_kernel(AttentionArgs a, PoolView pool) {
     if (pos < 0 || pos >= pos0) continue;
     const float m = fminf(pool.m[slot], chunk_min);
     pool.m[slot] = m;
-    if (pool.lvl[slot] - m >= thr) pool.pos[slot] = -1;
+    if (pool.lvl[slot] - m >= thr) retire(a, pool, slot);
   }
 }
 

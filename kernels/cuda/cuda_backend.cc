@@ -1,5 +1,8 @@
-// The CUDA Backend: per layer, cuBLAS projections, the field walk, paged attention, then the host
-// cache's eviction and insertion (step_plan.cc) mirrored into the device page pool.
+// The CUDA Backend: per layer, cuBLAS projections, the field walk, paged attention and the MLP.
+// A decode step runs every layer on the device as one graph and the host cache settles all
+// layers after it (decode_step.h); a step with prompt chunks settles each layer before the next
+// (the chunk's key writes read that layer's rows). Either way the cache's eviction and insertion
+// is mirrored into the device page pool.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -10,10 +13,13 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "cache/layer_update.h"
+#include "kernels/cuda/decode_step.h"
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch_check.h"
+#include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/step_plan.h"
 #include "model/status_macros.h"
 
@@ -24,26 +30,28 @@ using cuda::cuda_status;
 using cuda::DeviceBuffer;
 using cuda::upload;
 
-// Page-locked host memory, so that field values come back while attention runs.
-class PinnedFloats {
+// Page-locked host memory, so that copies back run asynchronously on the stream.
+class PinnedBuffer {
  public:
-  ~PinnedFloats() {
+  ~PinnedBuffer() {
     if (ptr_) cudaFreeHost(ptr_);
   }
-  absl::Status reserve(size_t n) {
-    if (n <= size_) return absl::OkStatus();
+  absl::Status reserve(size_t bytes) {
+    if (bytes <= size_) return absl::OkStatus();
     if (ptr_) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     size_ = 0;
-    FPA_RETURN_IF_ERROR(cuda_status(
-        cudaMallocHost(reinterpret_cast<void**>(&ptr_), n * sizeof(float)), "cudaMallocHost"));
-    size_ = n;
+    FPA_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&ptr_, bytes), "cudaMallocHost"));
+    size_ = bytes;
     return absl::OkStatus();
   }
-  float* data() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
-  float* ptr_ = nullptr;
+  void* ptr_ = nullptr;
   size_t size_ = 0;
 };
 
@@ -52,16 +60,35 @@ struct Scratch {
   DeviceBuffer tokens, row_item, row_pos, item_row0, item_len, item_pos0, out_rows;
   DeviceBuffer h, x, qkv, fl, attn, gate_up, act;
   DeviceBuffer phi, lvl, cmin, smin, phi_prev, thr;
-  DeviceBuffer page_ids, page_off, page_cnt, partial;
+  DeviceBuffer page_ids, page_off, page_cnt, partial, retired;
   DeviceBuffer resets, writes, moves;
   DeviceBuffer x_out, logits;
-  PinnedFloats field_host;  // phi | lvl
+  PinnedBuffer field_host;  // phi | lvl (floats), then the retired counts (int32)
+};
+
+// Where one layer's kernels read and write: the scratch buffers themselves (a step settled layer
+// by layer) or the layer's block of them (a decode step, which keeps every layer's rows).
+struct LayerIo {
+  float* qkv = nullptr;
+  float* phi = nullptr;
+  float* lvl = nullptr;
+  float* cmin = nullptr;
+  float* smin = nullptr;
+  const float* phi_prev = nullptr;
+  const float* thr = nullptr;
+  const int32_t* page_ids = nullptr;
+  const int32_t* page_off = nullptr;
+  const int32_t* page_cnt = nullptr;
+  int max_count = 0;
+  int32_t* retired = nullptr;
 };
 
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(const Model& model, cache::KvCache& cache, const CudaOptions& options)
-      : model_(model), cache_(cache), options_(options) {}
+      : model_(model), cache_(cache), options_(options) {
+    for (const auto& layer : model.layers()) betas_.emplace_back(layer.beta);
+  }
   ~CudaBackendImpl() override {
     if (field_ready_) cudaEventDestroy(field_ready_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -81,26 +108,40 @@ class CudaBackendImpl final : public CudaBackend {
 
  private:
   int attn_width() const { return cfg().n_heads * cfg().head_dim; }
+  int qkv_stride() const { return 3 * attn_width(); }
   const ModelConfig& cfg() const { return model_.config(); }
-  absl::Status reserve_rows(const cuda::BatchLayout& layout, int items);
+  absl::Status reserve_rows(const cuda::BatchLayout& layout, int items, int layer_blocks);
   absl::Status upload_layout(const cuda::BatchLayout& layout);
-  absl::Status attention_block(int layer, std::span<const ForwardItem> items,
-                               const cuda::BatchLayout& layout);
-  absl::Status field_walk(int layer, std::span<const ForwardItem> items,
-                          const cuda::BatchLayout& layout);
-  absl::Status attend(int layer, std::span<const ForwardItem> items,
-                      const cuda::BatchLayout& layout);
+  absl::Status forward_layered(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
+                               std::span<float> logits, ForwardTrace* trace);
+  absl::Status settle_layer(int layer, std::span<const ForwardItem> items,
+                            const cuda::BatchLayout& layout);
+  absl::Status forward_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
+                              std::span<float> logits);
+  absl::Status upload_kernel_inputs(const cuda::KernelInputs& in);
+  absl::Status decode_launches(const cuda::KernelInputs& in, const cuda::BatchLayout& layout,
+                               int items);
+  absl::Status settle_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout);
+  absl::Status attention_launches(int layer, const LayerIo& io, const cuda::BatchLayout& layout,
+                                  int items);
+  absl::Status field_walk(int layer, const LayerIo& io, const cuda::BatchLayout& layout, int items);
+  absl::Status attend(int layer, const LayerIo& io, const cuda::BatchLayout& layout, int items);
+  absl::Status reserve_partial(int rows, int max_count);
+  int splits(int rows, int max_count) const;
   absl::Status mirror_update(const cache::LayerChanges& update);
   absl::Status mlp_block(int layer, int rows);
-  absl::Status final_logits(const cuda::BatchLayout& layout, std::span<float> logits);
+  absl::Status logits_launches(const cuda::BatchLayout& layout);
+  absl::Status download_logits(const cuda::BatchLayout& layout, std::span<float> logits);
 
   const Model& model_;
   cache::KvCache& cache_;
   CudaOptions options_;
+  std::vector<std::span<const float>> betas_;  // per layer: the heads' penalty scale
   cudaStream_t stream_ = nullptr;
   cudaEvent_t field_ready_ = nullptr;
   cuda::Gemm gemm_;
   cuda::DeviceWeights weights_;
+  cuda::StepGraph graph_;
   DeviceBuffer pool_memory_;
   cuda::PoolView pool_;
   std::mutex mu_;
@@ -135,22 +176,29 @@ absl::Status CudaBackendImpl::init() {
   return cuda_status(cudaStreamSynchronize(stream_), "pool init");
 }
 
-absl::Status CudaBackendImpl::reserve_rows(const cuda::BatchLayout& layout, int items) {
+// Scratch for the step's rows; `layer_blocks` copies of the per-layer rows (qkv and the field),
+// one per layer for a decode step.
+absl::Status CudaBackendImpl::reserve_rows(const cuda::BatchLayout& layout, int items,
+                                           int layer_blocks) {
   const size_t rows = layout.rows;
   const size_t d = cfg().d_model;
   const size_t heads = cfg().n_heads;
+  const size_t blocks = layer_blocks;
   FPA_RETURN_IF_ERROR(s_.h.reserve(rows * d * 4));
   FPA_RETURN_IF_ERROR(s_.x.reserve(rows * d * 4));
-  FPA_RETURN_IF_ERROR(s_.qkv.reserve(rows * 3 * attn_width() * 4));
+  FPA_RETURN_IF_ERROR(s_.qkv.reserve(blocks * rows * qkv_stride() * 4));
   FPA_RETURN_IF_ERROR(s_.fl.reserve(rows * 2 * heads * 4));
   FPA_RETURN_IF_ERROR(s_.attn.reserve(rows * attn_width() * 4));
   FPA_RETURN_IF_ERROR(s_.gate_up.reserve(rows * 2 * cfg().d_ff * 4));
   FPA_RETURN_IF_ERROR(s_.act.reserve(rows * cfg().d_ff * 4));
   for (DeviceBuffer* b : {&s_.phi, &s_.lvl, &s_.cmin, &s_.smin}) {
-    FPA_RETURN_IF_ERROR(b->reserve(rows * heads * 4));
+    FPA_RETURN_IF_ERROR(b->reserve(blocks * rows * heads * 4));
   }
-  FPA_RETURN_IF_ERROR(s_.phi_prev.reserve(items * heads * 4));
-  FPA_RETURN_IF_ERROR(s_.field_host.reserve(2 * rows * heads));
+  FPA_RETURN_IF_ERROR(s_.phi_prev.reserve(blocks * items * heads * 4));
+  FPA_RETURN_IF_ERROR(s_.retired.reserve(blocks * 4));
+  FPA_RETURN_IF_ERROR(s_.field_host.reserve(blocks * (2 * rows * heads + 1) * 4));
+  FPA_RETURN_IF_ERROR(
+      gemm_.reserve_input(rows * std::max({d, size_t(cfg().d_ff), size_t(attn_width())})));
   const size_t out_rows = layout.out_rows.size();
   FPA_RETURN_IF_ERROR(s_.x_out.reserve(out_rows * d * 4));
   return s_.logits.reserve(out_rows * cfg().vocab_size * 4);
@@ -177,54 +225,197 @@ absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::s
       cuda::plan_batch(items, logits.size(), all_logits, dims);
   if (!layout.ok()) return layout.status();
   if (layout->rows == 0) return absl::OkStatus();
-  FPA_RETURN_IF_ERROR(reserve_rows(*layout, static_cast<int>(items.size())));
-  FPA_RETURN_IF_ERROR(upload_layout(*layout));
-  FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout->rows,
+  if (options_.settle_after_step && trace == nullptr && cuda::decode_only(items)) {
+    return forward_decode(items, *layout, logits);
+  }
+  return forward_layered(items, *layout, logits, trace);
+}
+
+// Each layer's cache update is settled (and mirrored) before the next layer runs.
+absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items,
+                                              const cuda::BatchLayout& layout,
+                                              std::span<float> logits, ForwardTrace* trace) {
+  const int n_items = static_cast<int>(items.size());
+  FPA_RETURN_IF_ERROR(reserve_rows(layout, n_items, 1));
+  FPA_RETURN_IF_ERROR(upload_layout(layout));
+  FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout.rows,
                                          cfg().d_model, s_.h.as<float>(), stream_));
   if (trace && trace->layer_outputs) trace->layer_outputs->assign(cfg().n_layers, {});
   for (int l = 0; l < cfg().n_layers; ++l) {
-    FPA_RETURN_IF_ERROR(attention_block(l, items, *layout));
-    FPA_RETURN_IF_ERROR(mlp_block(l, layout->rows));
+    cuda::KernelInputs in;
+    cuda::append_kernel_inputs(items, l, betas_[l], cache_, in);
+    FPA_RETURN_IF_ERROR(upload_kernel_inputs(in));
+    LayerIo io{s_.qkv.as<float>(),
+               s_.phi.as<float>(),
+               s_.lvl.as<float>(),
+               s_.cmin.as<float>(),
+               s_.smin.as<float>(),
+               s_.phi_prev.as<float>(),
+               s_.thr.as<float>(),
+               s_.page_ids.as<int32_t>(),
+               s_.page_off.as<int32_t>(),
+               s_.page_cnt.as<int32_t>(),
+               in.max_count[0]};
+    FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, io.max_count));
+    FPA_RETURN_IF_ERROR(attention_launches(l, io, layout, n_items));
+    // phi and lvl come back while the output projection and the MLP run.
+    const size_t n = static_cast<size_t>(layout.rows) * cfg().n_heads;
+    float* host = s_.field_host.as<float>();
+    for (int i = 0; i < 2; ++i) {
+      FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + i * n, i ? io.lvl : io.phi, n * 4,
+                                                      cudaMemcpyDeviceToHost, stream_),
+                                      "field copy"));
+    }
+    FPA_RETURN_IF_ERROR(cuda_status(cudaEventRecord(field_ready_, stream_), "field event"));
+    FPA_RETURN_IF_ERROR(mlp_block(l, layout.rows));
     if (trace && trace->layer_outputs) {
       std::vector<float>& out = (*trace->layer_outputs)[l];
-      out.resize(static_cast<size_t>(layout->rows) * cfg().d_model);
+      out.resize(static_cast<size_t>(layout.rows) * cfg().d_model);
       FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(out.data(), s_.h.as<float>(), out.size() * 4,
                                                       cudaMemcpyDeviceToHost, stream_),
                                       "layer output"));
     }
+    FPA_RETURN_IF_ERROR(settle_layer(l, items, layout));
   }
-  return final_logits(*layout, logits);
+  FPA_RETURN_IF_ERROR(logits_launches(layout));
+  return download_logits(layout, logits);
 }
 
-absl::Status CudaBackendImpl::attention_block(int layer, std::span<const ForwardItem> items,
-                                              const cuda::BatchLayout& layout) {
+// The host bookkeeping of one layer, once its field values are back; the mirror update is
+// ordered before the next layer overwrites the qkv rows it reads.
+absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const ForwardItem> items,
+                                           const cuda::BatchLayout& layout) {
+  FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
+  const size_t n = static_cast<size_t>(layout.rows) * cfg().n_heads;
+  const float* host = s_.field_host.as<float>();
+  const cache::LayerRows rows{
+      .phi = host, .lvl = host + n, .row_stride = cfg().n_heads, .head_stride = 1};
+  absl::StatusOr<cache::LayerChanges> update =
+      cache::apply_layer(cache_, layer, cuda::step_items(items, layout), betas_[layer], rows);
+  if (!update.ok()) return update.status();
+  return mirror_update(*update);
+}
+
+// Every layer without the host: inputs gathered before, the launches captured as one graph, the
+// cache settled after (decode_step.h).
+absl::Status CudaBackendImpl::forward_decode(std::span<const ForwardItem> items,
+                                             const cuda::BatchLayout& layout,
+                                             std::span<float> logits) {
+  const int n_items = static_cast<int>(items.size());
+  const int layers = cfg().n_layers;
+  FPA_RETURN_IF_ERROR(reserve_rows(layout, n_items, layers));
+  FPA_RETURN_IF_ERROR(upload_layout(layout));
+  const cuda::KernelInputs in = cuda::kernel_inputs(items, betas_, cache_);
+  FPA_RETURN_IF_ERROR(upload_kernel_inputs(in));
+  for (int l = 0; l < layers; ++l)
+    FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, in.max_count[l]));
+  auto launches = [&] { return decode_launches(in, layout, n_items); };
+  // FPA_CUDA_SYNC waits after every launch, which a capture cannot hold.
+  if (options_.graphs && !cuda::sync_launches()) {
+    FPA_RETURN_IF_ERROR(graph_.run(stream_, launches));
+  } else {
+    FPA_RETURN_IF_ERROR(launches());
+  }
+  // The field of every layer and the retired counts come back with the logits.
+  const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;
+  float* host = s_.field_host.as<float>();
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(host, s_.phi.as<float>(), n * 4, cudaMemcpyDeviceToHost, stream_), "phi"));
+  FPA_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(host + n, s_.lvl.as<float>(), n * 4, cudaMemcpyDeviceToHost, stream_),
+      "lvl"));
+  FPA_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host + 2 * n, s_.retired.as<int32_t>(),
+                                                  layers * 4, cudaMemcpyDeviceToHost, stream_),
+                                  "retired"));
+  FPA_RETURN_IF_ERROR(download_logits(layout, logits));
+  return settle_decode(items, layout);
+}
+
+absl::Status CudaBackendImpl::upload_kernel_inputs(const cuda::KernelInputs& in) {
+  FPA_RETURN_IF_ERROR(upload(s_.phi_prev, in.phi_prev.data(), in.phi_prev.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.thr, in.thr.data(), in.thr.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.page_ids, in.tables.ids.data(), in.tables.ids.size(), stream_));
+  FPA_RETURN_IF_ERROR(
+      upload(s_.page_off, in.tables.offset.data(), in.tables.offset.size(), stream_));
+  return upload(s_.page_cnt, in.tables.count.data(), in.tables.count.size(), stream_);
+}
+
+absl::Status CudaBackendImpl::decode_launches(const cuda::KernelInputs& in,
+                                              const cuda::BatchLayout& layout, int items) {
+  const int layers = cfg().n_layers;
+  const size_t rows = layout.rows;
+  const size_t heads = cfg().n_heads;
+  FPA_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(s_.retired.as<int32_t>(), 0, layers * 4, stream_),
+                                  "retired reset"));
+  FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout.rows,
+                                         cfg().d_model, s_.h.as<float>(), stream_));
+  for (int l = 0; l < layers; ++l) {
+    const size_t field = l * rows * heads;
+    const size_t streams = l * items * heads;
+    const LayerIo io{s_.qkv.as<float>() + l * rows * qkv_stride(),
+                     s_.phi.as<float>() + field,
+                     s_.lvl.as<float>() + field,
+                     s_.cmin.as<float>() + field,
+                     s_.smin.as<float>() + field,
+                     s_.phi_prev.as<float>() + streams,
+                     s_.thr.as<float>() + streams,
+                     s_.page_ids.as<int32_t>(),
+                     s_.page_off.as<int32_t>() + streams,
+                     s_.page_cnt.as<int32_t>() + streams,
+                     in.max_count[l],
+                     s_.retired.as<int32_t>() + l};
+    FPA_RETURN_IF_ERROR(attention_launches(l, io, layout, items));
+    FPA_RETURN_IF_ERROR(mlp_block(l, layout.rows));
+  }
+  return logits_launches(layout);
+}
+
+// The cache settles every layer, checked against what the device retired, and the device replays
+// each layer's page edits in layer order (a page one layer's update frees may be the next one's).
+absl::Status CudaBackendImpl::settle_decode(std::span<const ForwardItem> items,
+                                            const cuda::BatchLayout& layout) {
+  const int layers = cfg().n_layers;
+  const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;
+  const float* host = s_.field_host.as<float>();
+  const auto* retired = reinterpret_cast<const int32_t*>(host + 2 * n);
+  absl::StatusOr<std::vector<cache::LayerChanges>> changes = cuda::settle_decode(
+      cache_, items, layout, betas_, {host, host + n}, {retired, size_t(layers)});
+  if (!changes.ok()) return changes.status();
+  const cuda::FlatChanges flat = cuda::flatten(*changes, layout.rows);
+  FPA_RETURN_IF_ERROR(upload(s_.resets, flat.resets.data(), flat.resets.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.writes, flat.writes.data(), flat.writes.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.moves, flat.moves.data(), flat.moves.size(), stream_));
+  for (const cuda::FlatChanges::Layer& l : flat.layers) {
+    FPA_RETURN_IF_ERROR(
+        cuda::launch_pool_update(pool_, s_.resets.as<int32_t>() + l.resets.first, l.resets.count,
+                                 s_.writes.as<cuda::KeyWrite>() + l.writes.first, l.writes.count,
+                                 s_.moves.as<cuda::SlotMove>() + l.moves.first, l.moves.count,
+                                 s_.qkv.as<float>(), qkv_stride(), cfg().n_heads, stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::attention_launches(int layer, const LayerIo& io,
+                                                 const cuda::BatchLayout& layout, int items) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
   const int rows = layout.rows;
   FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.attn_norm, rows,
                                            cfg().d_model, cfg().norm_eps, s_.x.as<float>(),
                                            stream_));
-  FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, s_.qkv.as<float>()));
+  FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, io.qkv));
   if (cfg().rope_theta > 0.0f) {  // softmax models only, by the format
-    FPA_RETURN_IF_ERROR(cuda::launch_rope(s_.qkv.as<float>(), 3 * attn_width(), rows, cfg().n_heads,
-                                          cfg().head_dim, s_.row_pos.as<int32_t>(),
-                                          cfg().rope_theta, stream_));
+    FPA_RETURN_IF_ERROR(cuda::launch_rope(io.qkv, qkv_stride(), rows, cfg().n_heads, cfg().head_dim,
+                                          s_.row_pos.as<int32_t>(), cfg().rope_theta, stream_));
   }
-  FPA_RETURN_IF_ERROR(field_walk(layer, items, layout));
-  FPA_RETURN_IF_ERROR(attend(layer, items, layout));
+  FPA_RETURN_IF_ERROR(field_walk(layer, io, layout, items));
+  FPA_RETURN_IF_ERROR(attend(layer, io, layout, items));
   return gemm_.linear(w.wo, s_.attn.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
 }
 
-// phi, lvl and the chunk minima on the device; phi and lvl are copied back for the cache.
-absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem> items,
-                                         const cuda::BatchLayout& layout) {
+// phi, lvl and the chunk minima of the layer's rows.
+absl::Status CudaBackendImpl::field_walk(int layer, const LayerIo& io,
+                                         const cuda::BatchLayout& layout, int items) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
-  const int heads = cfg().n_heads;
-  std::vector<float> phi_prev;
-  phi_prev.reserve(items.size() * heads);
-  for (const ForwardItem& item : items) {
-    for (int h = 0; h < heads; ++h) phi_prev.push_back(cache_.last_phi(item.seq, layer, h));
-  }
-  FPA_RETURN_IF_ERROR(upload(s_.phi_prev, phi_prev.data(), phi_prev.size(), stream_));
   cuda::FieldArgs f;
   if (w.field.data) {
     FPA_RETURN_IF_ERROR(gemm_.linear(w.field, s_.x.as<float>(), layout.rows, s_.fl.as<float>()));
@@ -234,76 +425,54 @@ absl::Status CudaBackendImpl::field_walk(int layer, std::span<const ForwardItem>
   f.field_b = w.field_b;
   f.level_b = w.level_b;
   f.fox = cfg().attention == AttentionKind::kFox;
-  f.phi_prev = s_.phi_prev.as<float>();
+  f.phi_prev = io.phi_prev;
   f.item_row0 = s_.item_row0.as<int32_t>();
   f.item_len = s_.item_len.as<int32_t>();
-  f.items = static_cast<int>(items.size());
-  f.n_heads = heads;
-  f.phi = s_.phi.as<float>();
-  f.lvl = s_.lvl.as<float>();
-  f.cmin = s_.cmin.as<float>();
-  f.smin = s_.smin.as<float>();
-  FPA_RETURN_IF_ERROR(cuda::launch_field(f, stream_));
-  const size_t n = static_cast<size_t>(layout.rows) * heads;
-  float* host = s_.field_host.data();
-  const float* parts[] = {f.phi, f.lvl};
-  for (int i = 0; i < 2; ++i) {
-    FPA_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpyAsync(host + i * n, parts[i], n * 4, cudaMemcpyDeviceToHost, stream_),
-                    "field copy"));
-  }
-  return cuda_status(cudaEventRecord(field_ready_, stream_), "field event");
+  f.items = items;
+  f.n_heads = cfg().n_heads;
+  f.phi = io.phi;
+  f.lvl = io.lvl;
+  f.cmin = io.cmin;
+  f.smin = io.smin;
+  return cuda::launch_field(f, stream_);
 }
 
-absl::Status CudaBackendImpl::attend(int layer, std::span<const ForwardItem> items,
-                                     const cuda::BatchLayout& layout) {
-  const int heads = cfg().n_heads;
-  const std::vector<float>& beta = model_.layers()[layer].beta;
-  const std::vector<float> thr = cuda::eviction_thresholds(items, beta, cache_);
-  const cuda::PageTables tables = cuda::snapshot_page_tables(items, layer, heads, cache_);
-  FPA_RETURN_IF_ERROR(upload(s_.thr, thr.data(), thr.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.page_ids, tables.ids.data(), tables.ids.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.page_off, tables.offset.data(), tables.offset.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.page_cnt, tables.count.data(), tables.count.size(), stream_));
+int CudaBackendImpl::splits(int rows, int max_count) const {
+  if (options_.attention_splits > 0) return options_.attention_splits;
+  return cuda::attention_splits(rows * cfg().n_heads, max_count * cache_.shape().page_slots);
+}
 
-  const int pairs = layout.rows * heads;
-  const int max_keys = tables.max_count * cache_.shape().page_slots;
-  const int splits = options_.attention_splits > 0 ? options_.attention_splits
-                                                   : cuda::attention_splits(pairs, max_keys);
-  FPA_RETURN_IF_ERROR(
-      s_.partial.reserve(static_cast<size_t>(pairs) * splits * (cfg().head_dim + 2) * 4));
+// Before any launch of the step: a captured step may not allocate.
+absl::Status CudaBackendImpl::reserve_partial(int rows, int max_count) {
+  const size_t pairs = static_cast<size_t>(rows) * cfg().n_heads;
+  return s_.partial.reserve(pairs * splits(rows, max_count) * (cfg().head_dim + 2) * 4);
+}
+
+absl::Status CudaBackendImpl::attend(int layer, const LayerIo& io, const cuda::BatchLayout& layout,
+                                     int items) {
   cuda::AttentionArgs a;
-  a.qkv = s_.qkv.as<float>();
-  a.qkv_stride = 3 * attn_width();
-  a.phi = s_.phi.as<float>();
-  a.lvl = s_.lvl.as<float>();
-  a.cmin = s_.cmin.as<float>();
+  a.qkv = io.qkv;
+  a.qkv_stride = qkv_stride();
+  a.phi = io.phi;
+  a.lvl = io.lvl;
+  a.cmin = io.cmin;
   a.row_item = s_.row_item.as<int32_t>();
   a.item_row0 = s_.item_row0.as<int32_t>();
   a.item_len = s_.item_len.as<int32_t>();
   a.item_pos0 = s_.item_pos0.as<int32_t>();
-  a.thr = s_.thr.as<float>();
+  a.thr = io.thr;
   a.beta = weights_.layers()[layer].beta;
-  a.page_ids = s_.page_ids.as<int32_t>();
-  a.page_off = s_.page_off.as<int32_t>();
-  a.page_cnt = s_.page_cnt.as<int32_t>();
+  a.page_ids = io.page_ids;
+  a.page_off = io.page_off;
+  a.page_cnt = io.page_cnt;
   a.rows = layout.rows;
-  a.items = static_cast<int>(items.size());
-  a.n_heads = heads;
-  a.splits = splits;
+  a.items = items;
+  a.n_heads = cfg().n_heads;
+  a.splits = splits(layout.rows, io.max_count);
   a.partial = s_.partial.as<float>();
   a.out = s_.attn.as<float>();
-  FPA_RETURN_IF_ERROR(cuda::launch_attention(a, pool_, stream_));
-
-  // The host bookkeeping overlaps the attention kernel.
-  FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
-  const size_t n = static_cast<size_t>(layout.rows) * heads;
-  const float* host = s_.field_host.data();
-  const cache::LayerRows rows{.phi = host, .lvl = host + n, .row_stride = heads, .head_stride = 1};
-  absl::StatusOr<cache::LayerChanges> update =
-      cache::apply_layer(cache_, layer, cuda::step_items(items, layout), beta, rows);
-  if (!update.ok()) return update.status();
-  return mirror_update(*update);
+  a.retired = io.retired;
+  return cuda::launch_attention(a, pool_, stream_);
 }
 
 absl::Status CudaBackendImpl::mirror_update(const cache::LayerChanges& u) {
@@ -314,7 +483,7 @@ absl::Status CudaBackendImpl::mirror_update(const cache::LayerChanges& u) {
                                   static_cast<int>(u.reset_pages.size()),
                                   s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
                                   s_.moves.as<cuda::SlotMove>(), static_cast<int>(u.moves.size()),
-                                  s_.qkv.as<float>(), 3 * attn_width(), cfg().n_heads, stream_);
+                                  s_.qkv.as<float>(), qkv_stride(), cfg().n_heads, stream_);
 }
 
 absl::Status CudaBackendImpl::mlp_block(int layer, int rows) {
@@ -328,15 +497,17 @@ absl::Status CudaBackendImpl::mlp_block(int layer, int rows) {
   return gemm_.linear(w.down, s_.act.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
 }
 
-absl::Status CudaBackendImpl::final_logits(const cuda::BatchLayout& layout,
-                                           std::span<float> logits) {
+absl::Status CudaBackendImpl::logits_launches(const cuda::BatchLayout& layout) {
   const int out_rows = static_cast<int>(layout.out_rows.size());
   FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), s_.out_rows.as<int32_t>(),
                                            weights_.final_norm(), out_rows, cfg().d_model,
                                            cfg().norm_eps, s_.x_out.as<float>(), stream_));
-  FPA_RETURN_IF_ERROR(
-      gemm_.linear(weights_.lm_head(), s_.x_out.as<float>(), out_rows, s_.logits.as<float>()));
-  const size_t n = static_cast<size_t>(out_rows) * cfg().vocab_size;
+  return gemm_.linear(weights_.lm_head(), s_.x_out.as<float>(), out_rows, s_.logits.as<float>());
+}
+
+absl::Status CudaBackendImpl::download_logits(const cuda::BatchLayout& layout,
+                                              std::span<float> logits) {
+  const size_t n = layout.out_rows.size() * static_cast<size_t>(cfg().vocab_size);
   FPA_RETURN_IF_ERROR(cuda_status(
       cudaMemcpyAsync(logits.data(), s_.logits.as<float>(), n * 4, cudaMemcpyDeviceToHost, stream_),
       "logits copy"));

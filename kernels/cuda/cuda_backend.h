@@ -5,10 +5,11 @@
 // by the same page ids and slots. The cache passed in must be created with host_storage=false.
 //
 // Eviction is decided on the host, in step order, with the cache's own rule (lvl - phi >= tau/beta
-// in float32), from phi values copied back once per layer; the attention kernel applies the same
-// expression to the same floats when it updates m in place, so the device marks exactly the keys
-// the cache freed. Supported policies: fpa and none (the heuristic policies need per-slot
-// information the host cache does not expose without host storage).
+// in float32), from phi values copied back (once per step for a decode step, once per layer for a
+// step with prompt chunks); the attention kernel applies the same expression to the same floats
+// when it updates m in place, so the device retires exactly the keys the cache frees, and a
+// decode step checks the counts agree. Supported policies: fpa and none (the heuristic policies
+// need per-slot information the host cache does not expose without host storage).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,11 @@ struct CudaOptions {
   // Parts each (row, head) splits its cached keys into; 0 lets attention_splits() choose. Tests
   // force it so that short sequences run the split path (and longer ones the unsplit one).
   int attention_splits = 0;
+  // A decode step (every item one token) runs all layers on the device and the cache settles them
+  // after it (decode_step.h); false settles every layer before the next, as prompt chunks do.
+  bool settle_after_step = true;
+  // Such a step runs as one CUDA graph (step_graph.h); FPA_CUDA_SYNC=1 turns this off.
+  bool graphs = true;
 };
 
 // Bytes per stored key or value element of the backend's pool: the cache it runs on must be

@@ -11,24 +11,30 @@ bool decode_only(std::span<const ForwardItem> items) {
                      [](const ForwardItem& item) { return item.tokens.size() == 1; });
 }
 
-DecodeInputs decode_inputs(std::span<const ForwardItem> items,
+void append_kernel_inputs(std::span<const ForwardItem> items, int layer,
+                          std::span<const float> beta, const cache::KvCache& cache,
+                          KernelInputs& in) {
+  const int n_heads = static_cast<int>(beta.size());
+  for (const ForwardItem& item : items) {
+    for (int h = 0; h < n_heads; ++h) in.phi_prev.push_back(cache.last_phi(item.seq, layer, h));
+  }
+  const std::vector<float> thr = eviction_thresholds(items, beta, cache);
+  in.thr.insert(in.thr.end(), thr.begin(), thr.end());
+  const PageTables tables = snapshot_page_tables(items, layer, n_heads, cache);
+  const auto shift = static_cast<int32_t>(in.tables.ids.size());
+  for (int32_t off : tables.offset) in.tables.offset.push_back(off + shift);
+  in.tables.count.insert(in.tables.count.end(), tables.count.begin(), tables.count.end());
+  in.tables.ids.insert(in.tables.ids.end(), tables.ids.begin(), tables.ids.end());
+  in.tables.max_count = std::max(in.tables.max_count, tables.max_count);
+  in.max_count.push_back(tables.max_count);
+}
+
+KernelInputs kernel_inputs(std::span<const ForwardItem> items,
                            std::span<const std::span<const float>> betas,
                            const cache::KvCache& cache) {
-  DecodeInputs in;
+  KernelInputs in;
   for (int l = 0; l < static_cast<int>(betas.size()); ++l) {
-    const int n_heads = static_cast<int>(betas[l].size());
-    for (const ForwardItem& item : items) {
-      for (int h = 0; h < n_heads; ++h) in.phi_prev.push_back(cache.last_phi(item.seq, l, h));
-    }
-    const std::vector<float> thr = eviction_thresholds(items, betas[l], cache);
-    in.thr.insert(in.thr.end(), thr.begin(), thr.end());
-    const PageTables layer = snapshot_page_tables(items, l, n_heads, cache);
-    const auto shift = static_cast<int32_t>(in.tables.ids.size());
-    for (int32_t off : layer.offset) in.tables.offset.push_back(off + shift);
-    in.tables.count.insert(in.tables.count.end(), layer.count.begin(), layer.count.end());
-    in.tables.ids.insert(in.tables.ids.end(), layer.ids.begin(), layer.ids.end());
-    in.tables.max_count = std::max(in.tables.max_count, layer.max_count);
-    in.max_count.push_back(layer.max_count);
+    append_kernel_inputs(items, l, betas[l], cache, in);
   }
   return in;
 }
@@ -42,11 +48,10 @@ absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
   for (int l = 0; l < static_cast<int>(betas.size()); ++l) {
     const long heads = static_cast<long>(betas[l].size());
     const size_t block = static_cast<size_t>(l) * layout.rows * heads;
-    const cache::LayerRows rows{.phi = field.phi + block,
-                                .lvl = field.lvl + block,
-                                .row_stride = heads,
-                                .head_stride = 1};
-    absl::StatusOr<cache::LayerChanges> changes = cache::apply_layer(cache, l, steps, betas[l], rows);
+    const cache::LayerRows rows{
+        .phi = field.phi + block, .lvl = field.lvl + block, .row_stride = heads, .head_stride = 1};
+    absl::StatusOr<cache::LayerChanges> changes =
+        cache::apply_layer(cache, l, steps, betas[l], rows);
     if (!changes.ok()) return changes.status();
     if (changes->evicted != retired[l]) {
       return absl::InternalError(absl::StrCat("layer ", l, ": the cache evicted ", changes->evicted,

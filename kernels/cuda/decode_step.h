@@ -26,16 +26,20 @@ namespace fpa::cuda {
 // chunk's keys are cached per layer as before (its key writes would need every layer's rows).
 bool decode_only(std::span<const ForwardItem> items);
 
-// What the kernels of every layer read, gathered before the step. Per-stream values are
-// layer-major: stream (layer l, item i, head h) is at (l * items + i) * heads + h.
-struct DecodeInputs {
+// What the kernels of the step's layers read, gathered before they run. Per-stream values are
+// layer-major: stream (layer block b, item i, head h) is at (b * items + i) * heads + h.
+struct KernelInputs {
   std::vector<float> phi_prev;  // the field's last value per stream
   std::vector<float> thr;       // the threshold the kernels exclude keys at
   PageTables tables;            // every layer's page lists, offsets into one ids array
-  std::vector<int> max_count;   // [layers]: the layer's longest page list
+  std::vector<int> max_count;   // per layer block: its longest page list
 };
-// `betas[l]` is layer l's penalty scale per head.
-DecodeInputs decode_inputs(std::span<const ForwardItem> items,
+// Appends the block of layer `layer`, whose heads' penalty scales are `beta`.
+void append_kernel_inputs(std::span<const ForwardItem> items, int layer,
+                          std::span<const float> beta, const cache::KvCache& cache,
+                          KernelInputs& in);
+// Every layer's block, `betas[l]` being layer l's.
+KernelInputs kernel_inputs(std::span<const ForwardItem> items,
                            std::span<const std::span<const float>> betas,
                            const cache::KvCache& cache);
 

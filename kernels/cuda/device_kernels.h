@@ -47,9 +47,10 @@ struct AttentionArgs {
   int rows = 0;
   int items = 0;
   int n_heads = 0;
-  int splits = 1;            // each (row, head) splits its cached pages into this many parts
-  float* partial = nullptr;  // [rows][n_heads][splits][head_dim + 2]
-  float* out = nullptr;      // [rows][n_heads * head_dim]
+  int splits = 1;              // each (row, head) splits its cached pages into this many parts
+  float* partial = nullptr;    // [rows][n_heads][splits][head_dim + 2]
+  float* out = nullptr;        // [rows][n_heads * head_dim]
+  int32_t* retired = nullptr;  // when set, += the cached keys the kernels marked dead
 };
 // Attention of every row over its sequence's cached keys and its own chunk's keys up to itself,
 // then the split combine, then (prompt chunks) the cached keys' m update and dead-key marking.

@@ -8,7 +8,14 @@ namespace fpa::cuda {
 absl::Status Gemm::init(cudaStream_t stream) {
   if (absl::Status s = cublas_status(cublasCreate(&handle_), "cublasCreate"); !s.ok()) return s;
   stream_ = stream;
-  return cublas_status(cublasSetStream(handle_, stream), "cublasSetStream");
+  if (absl::Status s = cublas_status(cublasSetStream(handle_, stream), "cublasSetStream");
+      !s.ok()) {
+    return s;
+  }
+  constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
+  if (absl::Status s = workspace_.reserve(kWorkspaceBytes); !s.ok()) return s;
+  return cublas_status(cublasSetWorkspace(handle_, workspace_.as<void>(), kWorkspaceBytes),
+                       "cublasSetWorkspace");
 }
 
 Gemm::~Gemm() {

@@ -24,7 +24,12 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
   ~Gemm();
 
+  // The handle on `stream`, with a workspace of its own: cuBLAS then allocates nothing while a
+  // step is captured into a graph (step_graph.h).
   absl::Status init(cudaStream_t stream);
+  // Makes room for a bf16 copy of `elements` activations, so that no linear() of a captured
+  // step has to allocate (nothing may be allocated during a capture).
+  absl::Status reserve_input(size_t elements) { return x_bf16_.reserve(elements * 2); }
 
   // y = W x (accumulate: y += W x) for n rows of x. A bf16 W takes x cast to bf16 first.
   absl::Status linear(const DeviceMatrix& w, const float* x, int n, float* y,
@@ -34,6 +39,7 @@ class Gemm {
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer x_bf16_;
+  DeviceBuffer workspace_;
 };
 
 }  // namespace fpa::cuda

@@ -7,8 +7,6 @@
 #include "kernels/cuda/device_memory.h"
 
 namespace fpa::cuda {
-namespace {
-
 bool sync_launches() {
   static const bool sync = [] {
     const char* v = std::getenv("FPA_CUDA_SYNC");
@@ -16,8 +14,6 @@ bool sync_launches() {
   }();
   return sync;
 }
-
-}  // namespace
 
 absl::Status checked(const char* what, cudaStream_t stream) {
   return sync_launches() ? cuda_status(cudaStreamSynchronize(stream), what) : absl::OkStatus();

@@ -10,6 +10,9 @@
 
 namespace fpa::cuda {
 
+// Whether FPA_CUDA_SYNC=1 asked for a wait after every launch (which rules out graph capture).
+bool sync_launches();
+
 // After a cuBLAS call that succeeded: with FPA_CUDA_SYNC=1, the result of its kernels.
 absl::Status checked(const char* what, cudaStream_t stream);
 

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cache/kv_cache.h"
-#include "kernels/backend.h"
 #include "cache/layer_update.h"
+#include "kernels/backend.h"
 
 namespace fpa::cuda {
 

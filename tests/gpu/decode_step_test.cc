@@ -3,6 +3,8 @@
 // the emulated device pool (pool_mirror.h) must end each step exactly where the per-layer order
 // (attend, update, next layer) leaves it, equal to a brute-force FPA reference, with the retired
 // counts the kernels report agreeing with the cache's evictions.
+#include "kernels/cuda/decode_step.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <set>
 
 #include "cache/kv_cache.h"
-#include "kernels/cuda/decode_step.h"
 #include "tests/gpu/pool_mirror.h"
 
 namespace fpa::cuda {
@@ -90,15 +91,15 @@ class DecodeStepTest : public ::testing::Test {
     auto layout = plan_batch(items, items.size() * 259, false, kDims);
     EXPECT_TRUE(layout.ok()) << layout.status();
     for (const ForwardItem& item : items) EXPECT_TRUE(cache_->reserve(item.seq, 1));
-    const DecodeInputs in = decode_inputs(items, views_, *cache_);
+    const KernelInputs in = kernel_inputs(items, views_, *cache_);
     std::vector<float> phi, lvl;
     field(phi, lvl);
 
     PoolMirror per_layer = deferred_;  // the same pool, updated layer by layer below
     std::vector<int32_t> retired(kLayers, 0);
     for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
-    auto changes = settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()},
-                                 retired);
+    auto changes =
+        settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
     EXPECT_TRUE(changes.ok()) << changes.status();
     if (!changes.ok()) return 0;
     for (const cache::LayerChanges& c : *changes) deferred_.apply(c);
@@ -111,15 +112,15 @@ class DecodeStepTest : public ::testing::Test {
     return reused_across_layers(in, *changes);
   }
 
-  int attend(PoolMirror& pool, const DecodeInputs& in, int l, const std::vector<float>& phi) {
+  int attend(PoolMirror& pool, const KernelInputs& in, int l, const std::vector<float>& phi) {
     int retired = 0;
     const size_t n = seqs_.size();
     for (size_t i = 0; i < n; ++i) {
       for (int h = 0; h < kHeads; ++h) {
         const size_t st = (l * n + i) * kHeads + h;
-        retired += pool.attend(
-            std::span(in.tables.ids).subspan(in.tables.offset[st], in.tables.count[st]),
-            seqs_[i].pos, phi[st], in.thr[st]);
+        retired +=
+            pool.attend(std::span(in.tables.ids).subspan(in.tables.offset[st], in.tables.count[st]),
+                        seqs_[i].pos, phi[st], in.thr[st]);
       }
     }
     return retired;
@@ -146,7 +147,7 @@ class DecodeStepTest : public ::testing::Test {
     }
   }
 
-  int reused_across_layers(const DecodeInputs& in,
+  int reused_across_layers(const KernelInputs& in,
                            const std::vector<cache::LayerChanges>& changes) const {
     std::map<int32_t, int> owner;  // page -> the layer holding it when the step began
     const size_t per_layer = seqs_.size() * kHeads;
@@ -189,14 +190,13 @@ TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
   auto layout = plan_batch(items, 259, false, kDims);
   ASSERT_TRUE(layout.ok());
   ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
-  const DecodeInputs in = decode_inputs(items, views_, *cache_);
+  const KernelInputs in = kernel_inputs(items, views_, *cache_);
   std::vector<float> phi, lvl;
   field(phi, lvl);
   std::vector<int32_t> retired(kLayers);
   for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
   retired[1] = 1;  // the device claims a key the cache (empty before this token) cannot evict
-  auto changes =
-      settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
+  auto changes = settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
   ASSERT_FALSE(changes.ok());
   EXPECT_EQ(changes.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(changes.status().message().find("layer 1: the cache evicted 0 keys, the device "

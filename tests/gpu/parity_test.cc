@@ -67,10 +67,14 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
   }
 
   // A fresh device cache and CUDA backend (float32 unless `bf16`) of `pages` pages; `splits` > 0
-  // forces the attention's split count.
-  void make_cuda(bool bf16, int64_t pages = 4096, int splits = 0) {
+  // forces the attention's split count; `settle_after_step` and `graphs` as in CudaOptions.
+  void make_cuda(bool bf16, int64_t pages = 4096, int splits = 0, bool settle_after_step = true,
+                 bool graphs = true) {
     const ModelConfig& c = model_->config();
-    const CudaOptions options{.half_precision = bf16, .attention_splits = splits};
+    const CudaOptions options{.half_precision = bf16,
+                              .attention_splits = splits,
+                              .settle_after_step = settle_after_step,
+                              .graphs = graphs};
     auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes(options)},
                                         pages, false);
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -295,6 +299,42 @@ TEST_P(CudaParityTest, BatchedEqualsSolo) {
           kF32Tolerance)
           << "step " << i << " item " << k;
     }
+  }
+}
+
+// A decode step run as one graph, launch by launch, and settled layer by layer (a prompt in
+// chunks first, which always settles per layer): the same logits and the same live keys, since
+// settling after the step changes nothing the device reads (decode_step.h).
+TEST_P(CudaParityTest, DecodePathsAgree) {
+  struct Path {
+    bool settle_after_step, graphs;
+  };
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<std::vector<int32_t>>> live;
+  for (Path path : {Path{true, true}, Path{true, false}, Path{false, false}}) {
+    make_cuda(false, 4096, 0, path.settle_after_step, path.graphs);
+    const cache::SeqId seq = start(*cache_, cache::Policy::kFpa);
+    const int prompt = T() / 2;
+    std::vector<float> out(static_cast<size_t>(T()) * V());
+    for (int at = 0; at < T(); at += at < prompt ? 7 : 1) {
+      const int n = at < prompt ? std::min(7, prompt - at) : 1;
+      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      ASSERT_TRUE(cuda_->forward({&item, 1}, std::span(out).subspan((at + n - 1) * V())).ok());
+    }
+    logits.push_back(std::vector<float>(out.begin() + prompt * V(), out.end()));
+    live.emplace_back();
+    for (int l = 0; l < cfg().n_layers; ++l) {
+      for (int h = 0; h < cfg().n_heads; ++h) {
+        auto ours = cuda_->live_positions(seq, l, h);
+        ASSERT_TRUE(ours.ok()) << ours.status();
+        EXPECT_EQ(*ours, live_positions(*cache_, seq, l, h)) << "device mirror vs host bookkeeping";
+        live.back().push_back(*ours);
+      }
+    }
+  }
+  for (size_t p = 1; p < logits.size(); ++p) {
+    EXPECT_LE(rel_error(logits[p], logits[0]), 1e-6) << "path " << p;
+    EXPECT_EQ(live[p], live[0]) << "path " << p;
   }
 }
 
