@@ -1,8 +1,10 @@
 // Paged FPA attention (docs/fpa.md sections 1-4) and the page-pool updates.
 //
 // A warp computes one (row, head, split): its lanes take 32 keys at a time (one key each for the
-// dot product and the penalty), fold them into an online softmax, and share the value rows
-// lane-per-dimension. The row's own chunk keys are walked backwards from the diagonal in tiles
+// dot product and the penalty), fold them into an online softmax, and share the value rows: with
+// 16-byte loads when the head allows it (each lane 8 consecutive dimensions, head_dim / 8 lanes a
+// row, so the warp reads several rows at once and sums its lane groups at the end), else one
+// dimension per lane. The row's own chunk keys are walked backwards from the diagonal in tiles
 // of 32 with the three-part minimum of section 4: a within-tile suffix minimum (a warp scan), the
 // minimum carried from the tiles already walked, and, for cached keys, the chunk's prefix minimum.
 #include <cuda_bf16.h>
@@ -63,15 +65,70 @@ __device__ __forceinline__ float dot_row(const __nv_bfloat16* k, const float* q,
   return s;
 }
 
-// Online softmax state of one warp; lane owns dimensions lane, lane + 32, ...
+// Online softmax state of one warp. With 16-byte value loads (kGrouped) lane owns dimensions
+// 8 * (lane % G) .. + 8 of every G-th row (G = head_dim / 8), else dimensions lane, lane + 32, ...
 struct Softmax {
   float max = -INFINITY;
   float sum = 0.0f;
   float acc[kMaxPerLane];
 };
+static_assert(kMaxPerLane == 8, "a grouped lane keeps 8 dimensions in acc");
+
+// Whether 16-byte loads fit the head: 8 dimensions a lane, a row taking a power-of-two share of
+// the warp (head_dim 8, 16, 32, 64, 128 or 256).
+inline bool grouped_values(int head_dim) {
+  return head_dim % 8 == 0 && kWarp % (head_dim / 8) == 0;
+}
+
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(pairs[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+// acc += p_j * v_j over the tile's 32 keys (lane j offered p_j and v_j; p_j = 0: not live).
+template <bool kGrouped, typename T>
+__device__ void add_values(Softmax& st, float p, const T* v, int head_dim, int lane) {
+  if constexpr (kGrouped) {
+    const int group = head_dim / 8;  // lanes a row
+    for (int j0 = 0; j0 < kWarp; j0 += kWarp / group) {
+      const int j = j0 + lane / group;
+      const float pj = __shfl_sync(kFull, p, j);
+      const auto vj = reinterpret_cast<const T*>(
+          __shfl_sync(kFull, reinterpret_cast<unsigned long long>(v), j));
+      if (pj == 0.0f) continue;  // per lane group: the row is not live
+      float f[8];
+      load8(vj + (lane % group) * 8, f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) st.acc[e] += pj * f[e];
+    }
+  } else {
+    for (int j = 0; j < kWarp; ++j) {
+      const float pj = __shfl_sync(kFull, p, j);
+      const auto vj = reinterpret_cast<const T*>(
+          __shfl_sync(kFull, reinterpret_cast<unsigned long long>(v), j));
+      if (pj == 0.0f) continue;  // uniform: pj is the same on every lane
+#pragma unroll
+      for (int e = 0; e < kMaxPerLane; ++e) {
+        const int d = lane + e * kWarp;
+        if (d < head_dim) st.acc[e] += pj * to_float(vj[d]);
+      }
+    }
+  }
+}
 
 // Folds one tile: each lane offers one key with score `s` and value row `v` (when `live`).
-template <typename T>
+template <bool kGrouped, typename T>
 __device__ void fold_tile(Softmax& st, bool live, float s, const T* v, int head_dim, int lane) {
   const float tile_max = warp_max(live ? s : -INFINITY);
   if (tile_max == -INFINITY) return;  // uniform across the warp
@@ -81,18 +138,30 @@ __device__ void fold_tile(Softmax& st, bool live, float s, const T* v, int head_
   st.sum = st.sum * scale + warp_sum(p);
 #pragma unroll
   for (int e = 0; e < kMaxPerLane; ++e) st.acc[e] *= scale;
-  for (int j = 0; j < kWarp; ++j) {
-    const float pj = __shfl_sync(kFull, p, j);
-    const auto vj =
-        reinterpret_cast<const T*>(__shfl_sync(kFull, reinterpret_cast<unsigned long long>(v), j));
-    if (pj == 0.0f) continue;  // uniform: pj is the same on every lane
+  add_values<kGrouped>(st, p, v, head_dim, lane);
+  st.max = new_max;
+}
+
+// Writes the warp's acc in dimension order; grouped lanes first sum their groups' partial rows.
+template <bool kGrouped>
+__device__ void store_acc(Softmax& st, float* out, int head_dim, int lane) {
+  if constexpr (kGrouped) {
+    const int group = head_dim / 8;
+    for (int o = group; o < kWarp; o <<= 1) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) st.acc[e] += __shfl_xor_sync(kFull, st.acc[e], o);
+    }
+    if (lane < group) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[lane * 8 + e] = st.acc[e];
+    }
+  } else {
 #pragma unroll
     for (int e = 0; e < kMaxPerLane; ++e) {
       const int d = lane + e * kWarp;
-      if (d < head_dim) st.acc[e] += pj * to_float(vj[d]);
+      if (d < head_dim) out[d] = st.acc[e];
     }
   }
-  st.max = new_max;
 }
 
 struct Task {
@@ -102,6 +171,7 @@ struct Task {
 };
 
 // The row's own chunk: keys at positions item_pos0 .. pos (rows item_row0 ..), walked backwards.
+template <bool kGrouped>
 __device__ void attend_chunk(const AttentionArgs& a, const Task& t, Softmax& st, int lane) {
   const int row0 = a.item_row0[t.item];
   const int attn_width = t.n_heads * t.head_dim;
@@ -129,7 +199,7 @@ __device__ void attend_chunk(const AttentionArgs& a, const Task& t, Softmax& st,
         v = k + attn_width;
       }
     }
-    fold_tile(st, live, s, v, t.head_dim, lane);
+    fold_tile<kGrouped>(st, live, s, v, t.head_dim, lane);
     carried = fminf(carried, __shfl_sync(kFull, incl, kWarp - 1));
   }
 }
@@ -141,7 +211,7 @@ __device__ __forceinline__ void retire(const AttentionArgs& a, const PoolView& p
 }
 
 // This split's share of the sequence's cached pages (as they were before this step).
-template <typename T>
+template <bool kGrouped, typename T>
 __device__ void attend_cached(const AttentionArgs& a, const PoolView& pool, const Task& t,
                               Softmax& st, int lane) {
   const int stream = t.item * t.n_heads + t.head;
@@ -179,11 +249,11 @@ __device__ void attend_cached(const AttentionArgs& a, const PoolView& pool, cons
         }
       }
     }
-    fold_tile(st, live, s, v, t.head_dim, lane);
+    fold_tile<kGrouped>(st, live, s, v, t.head_dim, lane);
   }
 }
 
-template <typename T>
+template <bool kGrouped, typename T>
 __global__ void attention_kernel(AttentionArgs a, PoolView pool) {
   __shared__ float q_shared[kWarpsPerBlock][kMaxHeadDim];
   const int warp = threadIdx.x / kWarp;
@@ -209,15 +279,11 @@ __global__ void attention_kernel(AttentionArgs a, PoolView pool) {
   Softmax st;
 #pragma unroll
   for (int e = 0; e < kMaxPerLane; ++e) st.acc[e] = 0.0f;
-  if (t.split == 0) attend_chunk(a, t, st, lane);
-  attend_cached<T>(a, pool, t, st, lane);
+  if (t.split == 0) attend_chunk<kGrouped>(a, t, st, lane);
+  attend_cached<kGrouped, T>(a, pool, t, st, lane);
 
   float* out = a.partial + static_cast<size_t>(task) * (t.head_dim + 2);
-#pragma unroll
-  for (int e = 0; e < kMaxPerLane; ++e) {
-    const int d = lane + e * kWarp;
-    if (d < t.head_dim) out[d] = st.acc[e];
-  }
+  store_acc<kGrouped>(st, out, t.head_dim, lane);
   if (lane == 0) {
     out[t.head_dim] = st.max;
     out[t.head_dim + 1] = st.sum;
@@ -281,8 +347,12 @@ absl::Status launch_attention_typed(const AttentionArgs& a, const PoolView& pool
                                     cudaStream_t stream) {
   const int threads = kWarpsPerBlock * kWarp;
   const int tasks = a.rows * a.n_heads * a.splits;
-  attention_kernel<T>
-      <<<(tasks + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(a, pool);
+  const int blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (grouped_values(pool.head_dim)) {
+    attention_kernel<true, T><<<blocks, threads, 0, stream>>>(a, pool);
+  } else {
+    attention_kernel<false, T><<<blocks, threads, 0, stream>>>(a, pool);
+  }
   FPA_RETURN_IF_ERROR(launched("attention_kernel", stream));
   const int pairs = a.rows * a.n_heads;
   combine_kernel<<<(pairs + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(

@@ -1,6 +1,7 @@
 // CUDA decode benchmark (issue 5): decode tokens/s at batch 1, 32, 128 and context 2K / 16K with
-// eviction on and off, the attention kernel's achieved memory bandwidth against the device's
-// peak, and the speedup over the CPU backend, all measured side by side in one run.
+// eviction on and off, the decode step settled per layer / per step / as one graph, the attention
+// kernel's achieved memory bandwidth against the device's peak, and the speedup over the CPU
+// backend, all measured side by side in one run.
 //
 // The model is synthetic (synthetic_model.h: 4 layers, 8 heads x 128, d_model 1024) and the
 // context is written straight into the cache (random keys on the walk the model continues), so
@@ -95,9 +96,10 @@ double time_decode(Backend& backend, const std::vector<cache::SeqId>& seqs, cons
   return static_cast<double>(seqs.size()) * steps / seconds_since(t0);
 }
 
-double cuda_tokens_per_second(const Model& model, const Config& c, int steps, float drift) {
+double cuda_tokens_per_second(const Model& model, const Config& c, int steps, float drift,
+                              CudaOptions options = {.half_precision = true}) {
   auto cache = make_cache(model, c, steps + 1, /*host_storage=*/false);
-  auto backend = create_cuda_backend(model, *cache, {.half_precision = true});
+  auto backend = create_cuda_backend(model, *cache, options);
   die(backend.status(), "cuda backend");
   const std::vector<cache::SeqId> seqs = add_sequences(*cache, c);
   for (cache::SeqId s : seqs) {
@@ -274,6 +276,22 @@ int run(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+
+  // The decode step's host round-trips: per layer (the old design), once a step launch by launch,
+  // and once a step as one CUDA graph.
+  std::printf("\n## decode step paths, context 2048, eviction on (tokens/s)\n%-8s %14s %14s %14s\n",
+              "batch", "per-layer", "per-step", "graph");
+  for (int batch : {1, 32}) {
+    const Config c{batch, 2048, true};
+    double rate[3];
+    const CudaOptions paths[] = {{.settle_after_step = false, .graphs = false},
+                                 {.settle_after_step = true, .graphs = false},
+                                 {.settle_after_step = true, .graphs = true}};
+    for (int p = 0; p < 3; ++p)
+      rate[p] = cuda_tokens_per_second(*model, c, opt.steps, shape.drift, paths[p]);
+    std::printf("%-8d %14.1f %14.1f %14.1f\n", batch, rate[0], rate[1], rate[2]);
+    std::fflush(stdout);
   }
 
   std::printf("\n## attention kernel bandwidth (bf16 keys, all live)\n%-8s %-8s %10s %8s\n",
