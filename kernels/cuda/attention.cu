@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/launch_check.h"
+#include "kernels/cuda/prefill_tc.h"
 #include "model/status_macros.h"
 
 namespace fpa::cuda {
@@ -265,6 +266,7 @@ __global__ void attention_kernel(AttentionArgs a, PoolView pool) {
   t.head = task / a.splits % a.n_heads;
   t.row = task / a.splits / a.n_heads;
   t.item = a.row_item[t.row];
+  if (a.chunks_on_tensor_cores && a.item_len[t.item] > 1) return;  // prefill_tc.cu's rows
   t.head_dim = pool.head_dim;
   t.n_heads = a.n_heads;
   t.qkv_stride = a.qkv_stride;
@@ -306,6 +308,7 @@ __global__ void combine_kernel(AttentionArgs a, int head_dim) {
   }
   const int row = rh / a.n_heads;
   const int head = rh % a.n_heads;
+  if (a.chunks_on_tensor_cores && a.item_len[a.row_item[row]] > 1) return;
   float* out = a.out + static_cast<size_t>(row) * a.n_heads * head_dim + head * head_dim;
   for (int d = lane; d < head_dim; d += kWarp) {
     float acc = 0.0f;
@@ -343,8 +346,10 @@ __global__ void commit_chunk_kernel(AttentionArgs a, PoolView pool) {
 }
 
 template <typename T>
-absl::Status launch_attention_typed(const AttentionArgs& a, const PoolView& pool,
+absl::Status launch_attention_typed(const AttentionArgs& args, const PoolView& pool,
                                     cudaStream_t stream) {
+  AttentionArgs a = args;
+  a.chunks_on_tensor_cores = a.n_tc_tiles > 0 && prefill_tc_fits(pool);
   const int threads = kWarpsPerBlock * kWarp;
   const int tasks = a.rows * a.n_heads * a.splits;
   const int blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
@@ -354,6 +359,7 @@ absl::Status launch_attention_typed(const AttentionArgs& a, const PoolView& pool
     attention_kernel<false, T><<<blocks, threads, 0, stream>>>(a, pool);
   }
   FPA_RETURN_IF_ERROR(launched("attention_kernel", stream));
+  if (a.chunks_on_tensor_cores) FPA_RETURN_IF_ERROR(launch_prefill_tc(a, pool, stream));
   const int pairs = a.rows * a.n_heads;
   combine_kernel<<<(pairs + kWarpsPerBlock - 1) / kWarpsPerBlock, threads, 0, stream>>>(
       a, pool.head_dim);

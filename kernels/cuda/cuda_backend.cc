@@ -60,7 +60,7 @@ struct Scratch {
   DeviceBuffer tokens, row_item, row_pos, item_row0, item_len, item_pos0, out_rows;
   DeviceBuffer h, x, qkv, fl, attn, gate_up, act;
   DeviceBuffer phi, lvl, cmin, smin, phi_prev, thr;
-  DeviceBuffer page_ids, page_off, page_cnt, partial, retired;
+  DeviceBuffer page_ids, page_off, page_cnt, partial, retired, tc_tiles;
   DeviceBuffer resets, writes, moves;
   DeviceBuffer x_out, logits;
   PinnedBuffer field_host;  // phi | lvl (floats), then the retired counts (int32)
@@ -81,6 +81,8 @@ struct LayerIo {
   const int32_t* page_cnt = nullptr;
   int max_count = 0;
   int32_t* retired = nullptr;
+  const int32_t* tc_tiles = nullptr;  // the prompt chunks' row tiles (step_plan.h chunk_tiles)
+  int n_tc_tiles = 0;
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -241,21 +243,27 @@ absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items
   FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout.rows,
                                          cfg().d_model, s_.h.as<float>(), stream_));
   if (trace && trace->layer_outputs) trace->layer_outputs->assign(cfg().n_layers, {});
+  const std::vector<int32_t> tiles = cuda::chunk_tiles(layout.item_row0, layout.item_len);
+  FPA_RETURN_IF_ERROR(upload(s_.tc_tiles, tiles.data(), tiles.size(), stream_));
+  const bool tc = options_.tensor_core_prefill;
   for (int l = 0; l < cfg().n_layers; ++l) {
     cuda::KernelInputs in;
     cuda::append_kernel_inputs(items, l, betas_[l], cache_, in);
     FPA_RETURN_IF_ERROR(upload_kernel_inputs(in));
-    LayerIo io{s_.qkv.as<float>(),
-               s_.phi.as<float>(),
-               s_.lvl.as<float>(),
-               s_.cmin.as<float>(),
-               s_.smin.as<float>(),
-               s_.phi_prev.as<float>(),
-               s_.thr.as<float>(),
-               s_.page_ids.as<int32_t>(),
-               s_.page_off.as<int32_t>(),
-               s_.page_cnt.as<int32_t>(),
-               in.max_count[0]};
+    const LayerIo io{s_.qkv.as<float>(),
+                     s_.phi.as<float>(),
+                     s_.lvl.as<float>(),
+                     s_.cmin.as<float>(),
+                     s_.smin.as<float>(),
+                     s_.phi_prev.as<float>(),
+                     s_.thr.as<float>(),
+                     s_.page_ids.as<int32_t>(),
+                     s_.page_off.as<int32_t>(),
+                     s_.page_cnt.as<int32_t>(),
+                     in.max_count[0],
+                     nullptr,
+                     tc ? s_.tc_tiles.as<int32_t>() : nullptr,
+                     tc ? static_cast<int>(tiles.size()) : 0};
     FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, io.max_count));
     FPA_RETURN_IF_ERROR(attention_launches(l, io, layout, n_items));
     // phi and lvl come back while the output projection and the MLP run.
@@ -472,6 +480,8 @@ absl::Status CudaBackendImpl::attend(int layer, const LayerIo& io, const cuda::B
   a.partial = s_.partial.as<float>();
   a.out = s_.attn.as<float>();
   a.retired = io.retired;
+  a.tc_tiles = io.tc_tiles;
+  a.n_tc_tiles = io.n_tc_tiles;
   return cuda::launch_attention(a, pool_, stream_);
 }
 

@@ -35,6 +35,9 @@ struct CudaOptions {
   bool settle_after_step = true;
   // Such a step runs as one CUDA graph (step_graph.h); FPA_CUDA_SYNC=1 turns this off.
   bool graphs = true;
+  // Prompt chunks attended on tensor cores where the pool allows (prefill_tc.h: bf16, head_dim a
+  // multiple of 16 up to 128); false keeps the warp kernel for every row.
+  bool tensor_core_prefill = true;
 };
 
 // Bytes per stored key or value element of the backend's pool: the cache it runs on must be

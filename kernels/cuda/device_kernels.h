@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/pool_ops.h"
+#include "kernels/cuda/tiles.h"
 
 namespace fpa::cuda {
 
@@ -51,6 +52,11 @@ struct AttentionArgs {
   float* partial = nullptr;    // [rows][n_heads][splits][head_dim + 2]
   float* out = nullptr;        // [rows][n_heads * head_dim]
   int32_t* retired = nullptr;  // when set, += the cached keys the kernels marked dead
+  // The first row of every kChunkTile-row tile of the prompt chunks (step_plan.h chunk_tiles):
+  // with a pool prefill_tc_fits, those rows are attended on tensor cores.
+  const int32_t* tc_tiles = nullptr;
+  int n_tc_tiles = 0;
+  bool chunks_on_tensor_cores = false;  // set by launch_attention: the warp kernel skips them
 };
 // Attention of every row over its sequence's cached keys and its own chunk's keys up to itself,
 // then the split combine, then (prompt chunks) the cached keys' m update and dead-key marking.

@@ -105,6 +105,16 @@ PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, i
   return tables;
 }
 
+std::vector<int32_t> chunk_tiles(std::span<const int32_t> item_row0,
+                                 std::span<const int32_t> item_len) {
+  std::vector<int32_t> tiles;
+  for (size_t i = 0; i < item_row0.size(); ++i) {
+    if (item_len[i] <= 1) continue;
+    for (int32_t r = 0; r < item_len[i]; r += kChunkTile) tiles.push_back(item_row0[i] + r);
+  }
+  return tiles;
+}
+
 std::vector<SyntheticKey> synthetic_walk(int n_tokens, float phi0, float phi_step, int keep_last) {
   std::vector<SyntheticKey> keys;
   const float phi_end = phi0 + phi_step * n_tokens;

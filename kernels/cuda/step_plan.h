@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "cache/layer_update.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/tiles.h"
 
 namespace fpa::cuda {
 
@@ -58,6 +59,11 @@ struct PageTables {
 };
 PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, int n_heads,
                                 const cache::KvCache& cache);
+
+// The first row of every kChunkTile-row tile of the items longer than one token (the prompt
+// chunks), tiles aligned to each item's first row: the tensor-core prefill's work list.
+std::vector<int32_t> chunk_tiles(std::span<const int32_t> item_row0,
+                                 std::span<const int32_t> item_len);
 
 // How many parts each (row, head) splits its cached keys into: enough warps to fill the device
 // (about 128 per SM on a 132-SM H200), never fewer than 32 keys (one warp tile) a part.

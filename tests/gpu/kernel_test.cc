@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/step_plan.h"
 #include "tests/engine/parity_util.h"
 #include "tests/gpu/attention_case.h"
 
@@ -28,6 +29,13 @@ using cuda::DeviceBuffer;
 // with a double sum), which moves an output by a few ulps per hundred keys. A missed, doubled or
 // wrongly penalised key moves it by 1e-2 or more.
 constexpr double kTolerance = 2e-5;
+// Rows of prompt chunks on tensor cores (bf16 pools, head_dim a multiple of 16 up to 128) take
+// the query and the probabilities in bf16 for the products: 2^-8 relative each.
+constexpr double kTensorCoreTolerance = 1.5e-2;
+
+bool on_tensor_cores(int head_dim, bool bf16) {
+  return bf16 && head_dim % 16 == 0 && head_dim <= 128;
+}
 
 enum class Batch { kDecode, kPrefill, kMixed };
 
@@ -78,9 +86,14 @@ struct DeviceRun {
 
 // One launch of the attention kernels over a case, with `splits` forced where the backend would
 // take attention_splits().
-DeviceRun run_on_device(const AttentionCase& c, int splits) {
+// `tensor_cores`: the prompt chunks' row tiles go with the launch, so that they take the
+// tensor-core path where the pool fits it.
+DeviceRun run_on_device(const AttentionCase& c, int splits, bool tensor_cores = true) {
   DeviceBuffer k, v, lvl, m, pos, qkv, phi, lvl_rows, cmin, row_item, item_row0, item_len,
-      item_pos0, thr, beta, page_ids, page_off, page_cnt, partial, out;
+      item_pos0, thr, beta, page_ids, page_off, page_cnt, partial, out, tiles;
+  const std::vector<int32_t> tile_rows =
+      tensor_cores ? cuda::chunk_tiles(c.item_row0, c.item_len) : std::vector<int32_t>{};
+  must_upload(tiles, tile_rows);
   cuda::PoolView pool{.page_slots = c.page_slots, .head_dim = c.head_dim};
   if (c.bf16) {
     must_upload(k, bf16_bits(c.k));
@@ -135,7 +148,9 @@ DeviceRun run_on_device(const AttentionCase& c, int splits) {
                               .n_heads = c.n_heads,
                               .splits = splits,
                               .partial = partial.as<float>(),
-                              .out = out.as<float>()};
+                              .out = out.as<float>(),
+                              .tc_tiles = tiles.as<int32_t>(),
+                              .n_tc_tiles = static_cast<int>(tile_rows.size())};
   const absl::Status launched = cuda::launch_attention(a, pool, nullptr);
   EXPECT_TRUE(launched.ok()) << launched;
   // A fault inside a kernel surfaces here, not at the launch.
@@ -169,8 +184,10 @@ TEST_P(AttentionKernelTest, MatchesTheCpuKernels) {
   for (int i = 0; i < c.items; ++i) {
     const size_t from = static_cast<size_t>(c.item_row0[i]) * width;
     const size_t n = static_cast<size_t>(c.item_len[i]) * width;
+    const double tol =
+        c.item_len[i] > 1 && on_tensor_cores(head_dim, bf16) ? kTensorCoreTolerance : kTolerance;
     EXPECT_LE(rel_error(std::span(got.out).subspan(from, n), std::span(want.out).subspan(from, n)),
-              kTolerance)
+              tol)
         << "item " << i << " (" << c.item_len[i] << " rows)";
   }
   int m_diffs = 0, pos_diffs = 0;
@@ -205,6 +222,24 @@ INSTANTIATE_TEST_SUITE_P(Kernels, AttentionKernelTest,
                                             ::testing::Values(Batch::kDecode, Batch::kPrefill,
                                                               Batch::kMixed)),
                          param_name);
+
+// The tensor-core prefill against the warp kernel on the same chunks (every head size it takes
+// here, prompt chunks alone and beside decode tokens): the rows within bf16's rounding of the
+// products, the pool's m and pos bit for bit (the chunk commit is shared).
+TEST(TensorCorePrefill, AgreesWithTheWarpKernel) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  for (int head_dim : {16, 128}) {
+    for (Batch batch : {Batch::kPrefill, Batch::kMixed}) {
+      const AttentionCase c = make_case(spec_for(head_dim, true, batch));
+      const DeviceRun tc = run_on_device(c, 1, true);
+      const DeviceRun warp = run_on_device(c, 1, false);
+      ASSERT_FALSE(HasFailure()) << "a device run failed";
+      EXPECT_LE(rel_error(tc.out, warp.out), kTensorCoreTolerance) << "head_dim " << head_dim;
+      EXPECT_EQ(tc.pos, warp.pos);
+      for (size_t s = 0; s < tc.m.size(); ++s) EXPECT_TRUE(same_bits(tc.m[s], warp.m[s])) << s;
+    }
+  }
+}
 
 // Host only: the cases hold what the device tests claim to cover, so that a green device run
 // means something (keys that die and keys that survive in every penalised head, free slots,

@@ -91,6 +91,12 @@ TEST(Thresholds, TauOverBetaOnlyWhereFpaCanEvict) {
   EXPECT_EQ(eviction_thresholds(items, beta, *cache), (std::vector<float>{1.5f, kInf, kInf, kInf}));
 }
 
+TEST(ChunkTiles, TilePromptChunksFromTheirFirstRowAndSkipDecodeTokens) {
+  const std::vector<int32_t> row0{0, 1, 34, 35}, len{1, 33, 1, 16};
+  EXPECT_EQ(chunk_tiles(row0, len), (std::vector<int32_t>{1, 17, 33, 35}));
+  EXPECT_TRUE(chunk_tiles(std::vector<int32_t>{0, 1}, std::vector<int32_t>{1, 1}).empty());
+}
+
 TEST(AttentionSplits, FillTheDeviceButKeepAWarpTileEach) {
   EXPECT_EQ(attention_splits(8, 16384), 512);    // batch 1, 8 heads: bounded by 32 keys a part
   EXPECT_EQ(attention_splits(1024, 16384), 16);  // batch 128: 16 x 1024 warps
