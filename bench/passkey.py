@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 from data import passkey_prompt, random_key  # noqa: E402  (the trainer's exact format)
 
-HEURISTICS = ("window", "sinks", "h2o")
+HEURISTICS = ("window", "sinks", "h2o", "snapkv", "tova")
 
 
 def load_stubs(stubs_dir):
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--lengths", default="1,2,4,8", help="context lengths as multiples of train_len")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
     p.add_argument("--samples", type=int, default=1, help="prompts per (length, depth)")
-    p.add_argument("--policies", default="none,fpa,window,sinks,h2o")
+    p.add_argument("--policies", default="none,fpa,window,sinks,h2o,snapkv,tova")
     p.add_argument("--budgets", default="auto,0.25",
                    help="heuristic budgets: fractions, or auto = what fpa held at that length")
     p.add_argument("--concurrency", type=int, default=4)
