@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/layer_update.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -364,6 +365,33 @@ TEST_F(MassPolicyTest, SnapKvKeepsTheTopPooledPromptKeysAndTheWindow) {
     if (HasFailure()) return;
   }
   EXPECT_GE(*ref[0].begin(), scored_end) << "the steps should outlast the scored keys";
+}
+
+// apply_layer's decode order for tova: the new key goes in with the mass its own query gave it
+// and competes, so it dies when it is the lightest; otherwise the lightest cached key dies.
+TEST(TovaLayer, TheNewKeyCompetesWithTheCachedOnes) {
+  auto cache = testing::make_cache(kShape, 100);
+  const SeqId seq =
+      *cache->add_sequence({.policy = Policy::kTova, .budget_fraction = 0.01f, .min_budget = 8});
+  const int heads = kShape.n_heads, dim = kShape.head_dim;
+  const std::vector<float> beta(heads, 0.0f), zero(8 * heads, 0.0f), kv(8 * heads * dim, 1.0f);
+  auto step = [&](int32_t pos, int len, const std::vector<float>& acc) {
+    const StepItem item{seq, pos, 0, len};
+    const LayerRows rows{zero.data(), zero.data(), acc.data(), heads,
+                         1,           kv.data(),   kv.data(),  heads * dim};
+    auto changes = apply_layer(*cache, 0, {&item, 1}, beta, rows);
+    EXPECT_TRUE(changes.ok()) << changes.status();
+    return changes.ok() ? changes->evicted : -1;
+  };
+  std::vector<float> prompt_mass(8 * heads);
+  for (int i = 0; i < 8 * heads; ++i) prompt_mass[i] = 0.1f + 0.01f * float(i);
+  EXPECT_EQ(step(0, 8, prompt_mass), 0);
+  EXPECT_EQ(step(8, 1, std::vector<float>(heads, 0.001f)), heads);
+  EXPECT_EQ(live_positions(*cache, seq, 0, 1), span_of(0, 7));
+  EXPECT_EQ(step(9, 1, std::vector<float>(heads, 0.5f)), heads);
+  std::set<int32_t> want = span_of(1, 7);
+  want.insert(9);
+  EXPECT_EQ(live_positions(*cache, seq, 0, 0), want);  // position 0 had the least mass
 }
 
 TEST(NonePolicy, KeepsEveryKey) {
