@@ -161,14 +161,35 @@ class KeepAllRule final : public EvictionRule {
   int evict_chunk(PageTable&, Stream&, float, float, int32_t, int32_t) override { return 0; }
 };
 
-// A heuristic at a budget of live keys per head: window, sinks (by age), h2o (by accumulated
-// attention) and tova (by the last query's attention: every key, the newest too, competes).
-class BudgetRule final : public EvictionRule {
+// The heuristics: a budget of live keys per head at each length, held by evict_to. The kernels
+// never exclude keys for them.
+class HeuristicRule : public EvictionRule {
  public:
-  explicit BudgetRule(const PolicyConfig& policy) : policy_(policy) {}
+  explicit HeuristicRule(const PolicyConfig& policy) : policy_(policy) {}
 
   float threshold(float) const override { return kInf; }
   bool kernels_exclude_evicted() const override { return false; }
+  int evict_step(PageTable& table, Stream& stream, float, float, int32_t pos) override {
+    return evict_to(table, stream, step_target(policy_, stream, pos), pos);
+  }
+  int evict_chunk(PageTable& table, Stream& stream, float, float, int32_t end_pos,
+                  int32_t) override {
+    return evict_to(table, stream, budget_for_length(policy_, int64_t{end_pos} + 1), end_pos);
+  }
+
+ protected:
+  // Frees keys until at most `target` remain; `newest` is the position the budget is taken at.
+  virtual int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) = 0;
+
+  const PolicyConfig policy_;
+};
+
+// window, sinks (by age), h2o (by accumulated attention) and tova (by the last query's
+// attention: every key, the newest too, competes).
+class BudgetRule final : public HeuristicRule {
+ public:
+  using HeuristicRule::HeuristicRule;
+
   MassRule mass_rule() const override {
     if (policy_.policy == Policy::kH2O) return {.mode = MassRule::Mode::kAdd};
     if (policy_.policy == Policy::kTova) return {.mode = MassRule::Mode::kLast};
@@ -180,17 +201,9 @@ class BudgetRule final : public EvictionRule {
       stream.order.push(-static_cast<double>(pos), gslot);
     }
   }
-  int evict_step(PageTable& table, Stream& stream, float, float, int32_t pos) override {
-    return evict_to(table, stream, step_target(policy_, stream, pos), pos);
-  }
-  int evict_chunk(PageTable& table, Stream& stream, float, float, int32_t end_pos,
-                  int32_t) override {
-    return evict_to(table, stream, budget_for_length(policy_, int64_t{end_pos} + 1), end_pos);
-  }
 
  private:
-  // Frees keys until at most `target` remain; `newest` is the position the budget is taken at.
-  int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) {
+  int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) override {
     std::vector<int32_t>& dead = stream.scratch;
     dead.clear();
     if (by_mass()) {
@@ -206,8 +219,6 @@ class BudgetRule final : public EvictionRule {
   }
 
   bool by_mass() const { return mass_rule().mode != MassRule::Mode::kNone; }
-
-  const PolicyConfig policy_;
 };
 
 // SnapKV: the prompt is read whole before anything dies (as the paper compresses it once
@@ -217,14 +228,12 @@ class BudgetRule final : public EvictionRule {
 // score first (older first on ties, as h2o). The window and the generated keys are kept; only
 // when no scored key is left do they die too, oldest first, so that the stream still holds its
 // budget.
-class SnapKvRule final : public EvictionRule {
+class SnapKvRule final : public HeuristicRule {
  public:
   explicit SnapKvRule(const PolicyConfig& policy)
-      : policy_(policy),
+      : HeuristicRule(policy),
         scored_end_(std::max<int64_t>(0, policy.prompt_tokens - policy.snapkv_window)) {}
 
-  float threshold(float) const override { return kInf; }
-  bool kernels_exclude_evicted() const override { return false; }
   MassRule mass_rule() const override {
     return {MassRule::Mode::kAdd, scored_end_, policy_.prompt_tokens - 1};
   }
@@ -233,16 +242,9 @@ class SnapKvRule final : public EvictionRule {
     const int32_t pos = table.pos(gslot);
     if (pos >= scored_end_) stream.order.push(-static_cast<double>(pos), gslot);
   }
-  int evict_step(PageTable& table, Stream& stream, float, float, int32_t pos) override {
-    return evict_to(table, stream, step_target(policy_, stream, pos), pos);
-  }
-  int evict_chunk(PageTable& table, Stream& stream, float, float, int32_t end_pos,
-                  int32_t) override {
-    return evict_to(table, stream, budget_for_length(policy_, int64_t{end_pos} + 1), end_pos);
-  }
 
  private:
-  int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) {
+  int evict_to(PageTable& table, Stream& stream, int64_t target, int32_t newest) override {
     if (newest < policy_.prompt_tokens - 1) return 0;
     if (!stream.scored) score_prompt(table, stream);
     std::vector<int32_t>& dead = stream.scratch;
@@ -266,7 +268,6 @@ class SnapKvRule final : public EvictionRule {
     stream.scored = true;
   }
 
-  const PolicyConfig policy_;
   const int64_t scored_end_;  // prompt keys at positions below it are scored
 };
 
