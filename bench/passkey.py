@@ -30,7 +30,7 @@ from texts import heldout_prompt  # noqa: E402  (the recipe's held-out filler an
 
 PROMPT_SETS = {"standard": passkey_prompt, "heldout": heldout_prompt}
 
-HEURISTICS = ("window", "sinks", "h2o")
+HEURISTICS = ("window", "sinks", "h2o", "snapkv", "tova")
 
 
 def load_stubs(stubs_dir):
@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--prompt-set", choices=sorted(PROMPT_SETS), default="standard",
                    help="standard: the benchmark's filler and question; heldout: the filler "
                         "family and question the second-generation recipe never trains on")
-    p.add_argument("--policies", default="none,fpa,window,sinks,h2o")
+    p.add_argument("--policies", default="none,fpa,window,sinks,h2o,snapkv,tova")
     p.add_argument("--budgets", default="auto,0.25",
                    help="heuristic budgets: fractions, or auto = what fpa held at that length")
     p.add_argument("--concurrency", type=int, default=4)

@@ -1,7 +1,7 @@
 // The eviction policies behind one small interface (docs/fpa.md sections 2 and 3 for fpa; window,
-// sinks and h2o as heuristics at a budget). A rule frees the dying slots of one stream through
-// the page table and tells the kernels what they need of it; nothing outside cache/ names a
-// policy.
+// sinks, h2o, snapkv and tova as heuristics at a budget). A rule frees the dying slots of one
+// stream through the page table and tells the kernels what they need of it; nothing outside cache/
+// names a policy.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +22,14 @@ class EvictionRule {
   // Whether that threshold alone excludes every key the rule evicts, so a backend that never
   // learns which slots were freed (a device mirror) still attends over exactly the live keys.
   virtual bool kernels_exclude_evicted() const = 0;
-  // Whether the rule ranks keys by the attention mass they received (acc), which the kernels
-  // then have to accumulate.
-  virtual bool ranks_by_mass() const { return false; }
+  // What the kernels record in acc for a rule that ranks keys by the attention they receive.
+  virtual MassRule mass_rule() const { return {}; }
 
   // Registers a just-inserted slot with the stream's ordering structure.
   virtual void track(PageTable& table, Stream& stream, int32_t gslot) = 0;
-  // Before the key at `pos` goes in: fpa frees keys with lvl - phi >= tau / beta; the heuristics
-  // free keys until the stream holds budget(pos + 1) - 1.
+  // Before the key at `pos` goes in (after it, under MassRule::kLast): fpa frees keys with
+  // lvl - phi >= tau / beta; the heuristics free keys until the stream, with that key, holds
+  // budget(pos + 1).
   virtual int evict_step(PageTable& table, Stream& stream, float phi, float beta, int32_t pos) = 0;
   // After a prompt chunk ending at `end_pos` went in (`horizon_before`: the last position whose
   // field eviction had applied before it): fpa frees keys cached before the chunk with

@@ -2,7 +2,7 @@
 //
 // A fixed pool of pages. Each stream -- one (sequence, layer, head) -- owns a list of pages of
 // `page_slots` slots; a slot holds one key of that head: k, v, level, running minimum m, the
-// attention mass it has received (for the h2o policy) and its token position.
+// attention mass it has received (for the policies that rank by it) and its token position.
 // The cache does the bookkeeping (which slot is live, who dies when); backends read and write
 // slot contents through PageView (host storage) or mirror them in device memory by page id.
 #pragma once
@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,9 +39,12 @@ enum class Policy {
   kWindow,  // keep the last N keys of each head
   kSinks,   // StreamingLLM: the first `sink_tokens` keys + the last N
   kH2O,     // heavy hitters by accumulated attention + a recent window
+  kSnapKV,  // SnapKV: prompt keys by the attention of the prompt's last queries + the rest
+  kTova,    // TOVA: the key the current query attends to least dies first
 };
 
-// "fpa" | "none" | "window" | "sinks" | "h2o"; InvalidArgument naming the value otherwise.
+// "fpa" | "none" | "window" | "sinks" | "h2o" | "snapkv" | "tova"; InvalidArgument naming the
+// value otherwise.
 absl::StatusOr<Policy> parse_policy(std::string_view name);
 std::string_view policy_name(Policy p);
 
@@ -51,6 +55,29 @@ struct PolicyConfig {
   int min_budget = 8;             // heuristics: never fewer live keys than this
   int sink_tokens = 4;            // kSinks
   float h2o_recent_share = 0.5f;  // kH2O: share of the budget kept as the recent window
+  int snapkv_window = 32;         // kSnapKV: the prompt's last queries that score its keys
+  int snapkv_pool = 7;            // kSnapKV: odd width of the max-pooling over key positions
+  // kSnapKV: the prompt's length, so that the cache knows where its last window lies. Not a
+  // request field: whoever starts the sequence with its prompt sets it.
+  int64_t prompt_tokens = 0;
+};
+
+// What the attention kernels record in each key's acc, for the policies that rank keys by the
+// attention they receive: the one thing the cache reads of the kernels' attention.
+struct MassRule {
+  enum class Mode {
+    kNone,  // acc is left alone
+    kAdd,   // each counted query adds its probability to acc (h2o, snapkv)
+    kLast,  // acc holds the probability of the last counted query only (tova)
+  };
+  Mode mode = Mode::kNone;
+  // Only queries at positions in [first_query, last_query] count (snapkv's observation window).
+  int64_t first_query = 0;
+  int64_t last_query = std::numeric_limits<int64_t>::max();
+
+  // The counted rows [first, second) of an item of `len` queries from position `start_pos`
+  // (an empty range under kNone).
+  std::pair<int, int> rows(int64_t start_pos, int len) const;
 };
 
 // Pointers into host storage for one page (structure of arrays, `page_slots` entries each).
@@ -59,7 +86,7 @@ struct PageView {
   float* v;      // [page_slots][head_dim]
   float* lvl;    // [page_slots]
   float* m;      // [page_slots]; +inf when inserted, then min(m, phi) at each later step
-  float* acc;    // [page_slots]; accumulated attention probability (h2o)
+  float* acc;    // [page_slots]; attention mass as the sequence's MassRule records it
   int32_t* pos;  // [page_slots]; token position, -1 for a free slot
 };
 
@@ -141,14 +168,15 @@ class KvCache {
   // The threshold the attention kernels exclude keys at for a head of penalty scale `beta`:
   // tau / beta under fpa (the keys it evicts are exactly those), +inf under every other policy.
   virtual float threshold(SeqId seq, float beta) const = 0;
-  // Whether the sequence's policy ranks keys by attention mass (h2o), so the kernels must add
-  // each key's probability to its acc.
-  virtual bool ranks_by_mass(SeqId seq) const = 0;
+  // What the kernels must record in each key's acc for the sequence's policy (MassRule::kNone
+  // for the policies that do not rank keys by attention mass).
+  virtual MassRule mass_rule(SeqId seq) const = 0;
 
   // Decode-step eviction for one stream, before the new key of position `pos` goes in:
   //  kFpa: frees every live key with lvl - phi >= tau / beta (beta <= 0: none);
-  //  heuristics: frees keys so that after inserting one more the stream holds its budget for
-  //  length pos + 1. Returns how many keys were freed. Pages left empty are freed at once.
+  //  heuristics: frees keys so that, with the key at `pos` (inserted already or next), the
+  //  stream holds its budget for length pos + 1. Returns how many keys were freed. Pages left
+  //  empty are freed at once.
   virtual int evict_for_step(SeqId seq, int layer, int head, float phi, float beta,
                              int32_t pos) = 0;
   // Prefill-chunk eviction for the chunk ending at chunk_end_pos, after the chunk's attention:

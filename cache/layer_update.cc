@@ -38,12 +38,17 @@ class LayerWriter {
     return absl::OkStatus();
   }
 
-  // A decode token: evict at its phi, then insert it.
-  absl::StatusOr<int> decode(const StepItem& item, int head, float beta) {
-    const int evicted = cache_.evict_for_step(item.seq, layer_, head,
-                                              at(rows_.phi, item.row0, head), beta, item.start_pos);
+  // A decode token: evict at its phi, then insert it. When keys are ranked by the current
+  // query's attention alone (MassRule::kLast: tova), the new key has its score already and
+  // competes with the others: insert it, then evict.
+  absl::StatusOr<int> decode(const StepItem& item, int head, float beta, bool new_key_competes) {
+    const auto evict = [&] {
+      return cache_.evict_for_step(item.seq, layer_, head, at(rows_.phi, item.row0, head), beta,
+                                   item.start_pos);
+    };
+    const int evicted = new_key_competes ? 0 : evict();
     if (absl::Status s = insert(item.seq, head, item.row0, item.start_pos, kInf); !s.ok()) return s;
-    return evicted;
+    return new_key_competes ? evict() : evicted;
   }
 
   // A prompt chunk: insert its keys with their suffix minimum, then evict at the chunk's minimum.
@@ -97,9 +102,10 @@ absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<co
   LayerWriter writer(cache, layer, rows, out);
   std::vector<std::pair<SeqId, int>> shrunk;  // (seq, head) that lost keys
   for (const StepItem& item : items) {
+    const bool competes = cache.mass_rule(item.seq).mode == MassRule::Mode::kLast;
     for (int h = 0; h < static_cast<int>(beta.size()); ++h) {
-      absl::StatusOr<int> evicted =
-          item.len == 1 ? writer.decode(item, h, beta[h]) : writer.chunk(item, h, beta[h]);
+      absl::StatusOr<int> evicted = item.len == 1 ? writer.decode(item, h, beta[h], competes)
+                                                  : writer.chunk(item, h, beta[h]);
       if (!evicted.ok()) return evicted.status();
       out.evicted += *evicted;
       if (*evicted > 0) shrunk.emplace_back(item.seq, h);

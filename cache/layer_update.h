@@ -27,7 +27,7 @@ struct StepItem {
 struct LayerRows {
   const float* phi = nullptr;  // the walk at each row
   const float* lvl = nullptr;  // each row's key level
-  const float* acc = nullptr;  // attention mass each new key got within its step (null: none)
+  const float* acc = nullptr;  // mass each new key got within its step, as MassRule records it
   long row_stride = 0;
   long head_stride = 0;
   const float* k = nullptr;  // null for a device pool
@@ -45,12 +45,12 @@ struct LayerChanges {
 };
 
 // For every (item, head) in step order: a decode token evicts at its phi, then its key goes in
-// (m = +inf); a prompt chunk's keys go in with m = min of phi after them within the chunk (a key
-// already dead by then is never cached), then the stream evicts for the chunk at its minimum phi.
-// Each stream keeps its last phi. Streams that lost keys are compacted after every insert of the
-// layer, so a page compaction frees is never handed to another stream before the writes above.
-// Pages come from the sequences' reservations (KvCache::reserve); running out midway is an internal
-// error.
+// (m = +inf; under MassRule::kLast it goes in first and competes); a prompt chunk's keys go in with
+// m = min of phi after them within the chunk (a key already dead by then is never cached), then the
+// stream evicts for the chunk at its minimum phi. Each stream keeps its last phi. Streams that lost
+// keys are compacted after every insert of the layer, so a page compaction frees is never handed to
+// another stream before the writes above. Pages come from the sequences' reservations
+// (KvCache::reserve); running out midway is an internal error.
 absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
                                          std::span<const float> beta, const LayerRows& rows);
 

@@ -185,10 +185,10 @@ class PagedKvCache final : public KvCache {
     return seq == nullptr ? std::numeric_limits<float>::infinity() : seq->rule->threshold(beta);
   }
 
-  bool ranks_by_mass(SeqId id) const override {
+  MassRule mass_rule(SeqId id) const override {
     std::shared_lock lock(mu_);
     const Sequence* seq = find(id);
-    return seq != nullptr && seq->rule->ranks_by_mass();
+    return seq == nullptr ? MassRule{} : seq->rule->mass_rule();
   }
 
   int64_t free_pages() const override { return table_->ledger().free_pages(); }
@@ -323,6 +323,7 @@ class PagedKvCache final : public KvCache {
     to.last_pos = from.last_pos;
     to.horizon = from.horizon;
     to.last_phi = from.last_phi;
+    to.scored = from.scored;
     table_->ledger().apply({.full_keys = int64_t{from.last_pos} + 1});
     return absl::OkStatus();
   }

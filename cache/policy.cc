@@ -9,11 +9,13 @@
 namespace fpa::cache {
 
 absl::StatusOr<Policy> parse_policy(std::string_view name) {
-  for (Policy p : {Policy::kFpa, Policy::kNone, Policy::kWindow, Policy::kSinks, Policy::kH2O}) {
+  for (Policy p : {Policy::kFpa, Policy::kNone, Policy::kWindow, Policy::kSinks, Policy::kH2O,
+                   Policy::kSnapKV, Policy::kTova}) {
     if (policy_name(p) == name) return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown eviction policy \"", std::string(name),
-                                                 "\" (expected fpa, none, window, sinks or h2o)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown eviction policy \"", std::string(name),
+                   "\" (expected fpa, none, window, sinks, h2o, snapkv or tova)"));
 }
 
 std::string_view policy_name(Policy p) {
@@ -28,9 +30,35 @@ std::string_view policy_name(Policy p) {
       return "sinks";
     case Policy::kH2O:
       return "h2o";
+    case Policy::kSnapKV:
+      return "snapkv";
+    case Policy::kTova:
+      return "tova";
   }
   return "unknown";
 }
+
+namespace {
+
+absl::Status validate_snapkv(const PolicyConfig& policy) {
+  if (policy.snapkv_window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapkv: snapkv_window must be >= 1, got ", policy.snapkv_window));
+  }
+  if (policy.snapkv_pool < 1 || policy.snapkv_pool % 2 == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapkv: snapkv_pool must be odd and >= 1, got ", policy.snapkv_pool));
+  }
+  if (policy.prompt_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapkv: prompt_tokens (the prompt's length, set where the sequence starts) must be >= 1, "
+        "got ",
+        policy.prompt_tokens));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status validate_policy(const PolicyConfig& policy) {
   const std::string name(policy_name(policy.policy));
@@ -61,7 +89,19 @@ absl::Status validate_policy(const PolicyConfig& policy) {
     return absl::InvalidArgumentError(
         absl::StrCat("h2o: h2o_recent_share must be in [0, 1], got ", policy.h2o_recent_share));
   }
+  if (policy.policy == Policy::kSnapKV) return validate_snapkv(policy);
   return absl::OkStatus();
+}
+
+std::pair<int, int> MassRule::rows(int64_t start_pos, int len) const {
+  if (mode == Mode::kNone) return {0, 0};
+  const auto row = [&](int64_t pos) {
+    return static_cast<int>(std::clamp<int64_t>(pos - start_pos, 0, len));
+  };
+  // last_query + 1 would overflow at its default (every query counts).
+  const int end = last_query >= start_pos + len ? len : row(last_query + 1);
+  const int first = row(first_query);
+  return {first, std::max(first, end)};
 }
 
 int64_t budget_for_length(const PolicyConfig& policy, int64_t length) {

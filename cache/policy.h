@@ -9,7 +9,8 @@
 namespace fpa::cache {
 
 // InvalidArgument naming the bad field: tau > 0 (fpa), budget_fraction in (0, 1],
-// min_budget >= 1, 0 <= sink_tokens < min_budget (sinks), h2o_recent_share in [0, 1].
+// min_budget >= 1, 0 <= sink_tokens < min_budget (sinks), h2o_recent_share in [0, 1],
+// snapkv_window >= 1, snapkv_pool odd and >= 1, prompt_tokens >= 1 (snapkv).
 absl::Status validate_policy(const PolicyConfig& policy);
 
 // Live keys per head a heuristic policy keeps at sequence length `length`:

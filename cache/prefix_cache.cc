@@ -9,11 +9,14 @@ namespace fpa::cache {
 namespace {
 
 // Every field that changes what a sequence keeps, floats by their bits: equal keys, equal
-// states for equal prefixes.
+// states for equal prefixes. snapkv's state depends on where the prompt ends, so its prefixes
+// serve only prompts of the same length (a preempted request resuming its own).
 std::string policy_key(const PolicyConfig& p) {
+  const int64_t prompt = p.policy == Policy::kSnapKV ? p.prompt_tokens : 0;
   return absl::StrCat(std::string(policy_name(p.policy)), "|", std::bit_cast<uint32_t>(p.tau), "|",
                       std::bit_cast<uint32_t>(p.budget_fraction), "|", p.min_budget, "|",
-                      p.sink_tokens, "|", std::bit_cast<uint32_t>(p.h2o_recent_share));
+                      p.sink_tokens, "|", std::bit_cast<uint32_t>(p.h2o_recent_share), "|",
+                      p.snapkv_window, "|", p.snapkv_pool, "|", prompt);
 }
 
 }  // namespace

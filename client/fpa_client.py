@@ -21,7 +21,8 @@ import fpa_stubs  # noqa: E402
 pb, pb_grpc, health_pb, health_grpc = fpa_stubs.load()
 
 GENERATE_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "logprobs",
-                   "eviction_policy", "tau", "cache_budget_fraction", "sink_tokens", "ignore_eos")
+                   "eviction_policy", "tau", "cache_budget_fraction", "sink_tokens", "ignore_eos",
+                   "snapkv_window", "snapkv_pool")
 
 
 def make_request(prompt: str | list[int], **fields) -> "pb.GenerateRequest":
@@ -104,11 +105,14 @@ def main(argv=None) -> int:
     g.add_argument("--seed", type=int)
     g.add_argument("--stop", action="append")
     g.add_argument("--logprobs", action="store_true", default=None)
-    g.add_argument("--policy", dest="eviction_policy", help="fpa, none, window, sinks, h2o")
+    g.add_argument("--policy", dest="eviction_policy",
+                   help="fpa, none, window, sinks, h2o, snapkv, tova")
     g.add_argument("--tau", type=float)
     g.add_argument("--budget", dest="cache_budget_fraction", type=float,
                    help="heuristic policies: live keys per head / length")
     g.add_argument("--sink-tokens", type=int)
+    g.add_argument("--snapkv-window", type=int)
+    g.add_argument("--snapkv-pool", type=int)
     g.add_argument("--ignore-eos", action="store_true", default=None)
     t = sub.add_parser("tokenize", help="encode text")
     t.add_argument("text")

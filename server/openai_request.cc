@@ -145,6 +145,9 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
        number_field("cache_budget_fraction",
                     [](G& g, float x) { g.set_cache_budget_fraction(x); })},
       {"sink_tokens", int32_field("sink_tokens", [](G& g, int32_t x) { g.set_sink_tokens(x); })},
+      {"snapkv_window",
+       int32_field("snapkv_window", [](G& g, int32_t x) { g.set_snapkv_window(x); })},
+      {"snapkv_pool", int32_field("snapkv_pool", [](G& g, int32_t x) { g.set_snapkv_pool(x); })},
       {"user", text_field("user", [](auto&, std::string) {})},  // for the client's own accounting
       {"n", neutral_only("n", 1, "only 1 completion per request")},
       {"best_of", neutral_only("best_of", 1, "only 1")},

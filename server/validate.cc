@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "cache/policy.h"
 #include "server/text.h"
 
 namespace fpa::server {
@@ -78,6 +79,25 @@ absl::Status check_stop(const v1::GenerateRequest& req, GenerationParams& p) {
   return absl::OkStatus();
 }
 
+// snapkv's fields, and the prompt's length it needs (set here, where the prompt is known).
+absl::Status check_snapkv(const v1::GenerateRequest& req, GenerationParams& p) {
+  cache::PolicyConfig& c = p.policy;
+  if (req.has_snapkv_window()) {
+    if (req.snapkv_window() < 1) {
+      return bad("snapkv_window", absl::StrCat(req.snapkv_window(), " must be >= 1"));
+    }
+    c.snapkv_window = req.snapkv_window();
+  }
+  if (req.has_snapkv_pool()) {
+    if (req.snapkv_pool() < 1 || req.snapkv_pool() % 2 == 0) {
+      return bad("snapkv_pool", absl::StrCat(req.snapkv_pool(), " must be odd and >= 1"));
+    }
+    c.snapkv_pool = req.snapkv_pool();
+  }
+  c.prompt_tokens = static_cast<int64_t>(p.prompt.size());
+  return cache::validate_policy(c);
+}
+
 absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& limits,
                           GenerationParams& p) {
   cache::PolicyConfig& c = p.policy;
@@ -85,7 +105,7 @@ absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& l
     absl::StatusOr<cache::Policy> policy = cache::parse_policy(req.eviction_policy());
     if (!policy.ok()) {
       return bad("eviction_policy", absl::StrCat("unknown policy ", echo(req.eviction_policy()),
-                                                 " (fpa, none, window, sinks, h2o)"));
+                                                 " (fpa, none, window, sinks, h2o, snapkv, tova)"));
     }
     c.policy = *policy;
   }
@@ -114,7 +134,7 @@ absl::Status check_policy(const v1::GenerateRequest& req, const RequestLimits& l
     return bad("sink_tokens", absl::StrCat(c.sink_tokens, " must be < ", c.min_budget,
                                            " (the smallest cache budget) for sinks"));
   }
-  return absl::OkStatus();
+  return check_snapkv(req, p);
 }
 
 }  // namespace

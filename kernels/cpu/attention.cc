@@ -166,7 +166,8 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   // Scores are kept only for the attention mass, which needs the final maximum.
-  float* s = keys.add_mass ? scratch(keys.pages.size() * ps) : nullptr;
+  const bool record = keys.mass.counts(0);
+  float* s = record ? scratch(keys.pages.size() * ps) : nullptr;
   QueryRow<D> query(q, dim);
   const float own_score = query.dot(own.k) * scale;
   float mx = own_score;
@@ -208,12 +209,13 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   }
   const float inv = static_cast<float>(1.0 / z);
   query.store(out, inv);
-  if (s != nullptr) {
-    for (size_t p = 0; p < keys.pages.size(); ++p) {
-      const cache::PageView& pv = keys.pages[p];
-      for (int j = 0; j < ps; ++j) {
-        if (pv.pos[j] >= 0) pv.acc[j] += exp_nonpositive(s[p * ps + j] - mx) * inv;
-      }
+  if (!record) return 0.0f;
+  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
+    for (int j = 0; j < ps; ++j) {
+      if (pv.pos[j] < 0) continue;
+      pv.acc[j] = (add ? pv.acc[j] : 0.0f) + exp_nonpositive(s[p * ps + j] - mx) * inv;
     }
   }
   return exp_nonpositive(own_score - mx) * inv;
@@ -250,18 +252,23 @@ void penalise_row(float* row, const Chunk& c, int t, float prefix_min, Penalty p
   std::fill(chunk + t + 1, chunk + visible, -kInf);  // causal
 }
 
-// Adds a block of rows' probabilities (n_old cached, then `visible` chunk keys) to the keys'
-// attention mass.
-void add_mass(const float* s, int rows, size_t ld, const CachedKeys& keys, int visible,
-              float* chunk_acc) {
+// Records the probabilities of a block's counted rows (rows t0 ... t0 + rows - 1 of a chunk of
+// n; n_old cached keys, then `visible` chunk keys) in the keys' attention mass: added, or under
+// kLast those of the chunk's last counted row stored.
+void record_mass(const float* s, int t0, int rows, size_t ld, const CachedKeys& keys, int visible,
+                 float* chunk_acc, int n) {
   const int ps = keys.page_slots;
   const size_t n_old = keys.pages.size() * ps;
-  for (int r = 0; r < rows; ++r) {
-    const float* row = s + r * ld;
+  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
+  const int end = std::min(keys.mass.end, n);
+  for (int t = std::max(t0, add ? keys.mass.begin : end - 1); t < std::min(t0 + rows, end); ++t) {
+    if (!keys.mass.counts(t)) continue;
+    const float* row = s + (t - t0) * ld;
     for (size_t p = 0; p < keys.pages.size(); ++p) {
-      for (int j = 0; j < ps; ++j) keys.pages[p].acc[j] += row[p * ps + j];
+      float* acc = keys.pages[p].acc;
+      for (int j = 0; j < ps; ++j) acc[j] = (add ? acc[j] : 0.0f) + row[p * ps + j];
     }
-    for (int j = 0; j < visible; ++j) chunk_acc[j] += row[n_old + j];
+    for (int j = 0; j < visible; ++j) chunk_acc[j] = (add ? chunk_acc[j] : 0.0f) + row[n_old + j];
   }
 }
 
@@ -317,7 +324,7 @@ void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& k
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, visible, 1.0f, s + n_old, ld,
                 c.v, c.stride, keys.pages.empty() ? 0.0f : 1.0f, o, c.stride);
-    if (keys.add_mass) add_mass(s, rows, ld, keys, visible, chunk_acc);
+    record_mass(s, t0, rows, ld, keys, visible, chunk_acc, c.n);
   }
   for (const cache::PageView& pv : keys.pages) {
     for (int j = 0; j < ps; ++j) {

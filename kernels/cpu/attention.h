@@ -18,13 +18,23 @@ struct Penalty {
   float threshold = std::numeric_limits<float>::infinity();
 };
 
+// Which queries of one kernel call record attention mass in the keys' acc, and how: the
+// sequence's cache::MassRule resolved to the call's query rows.
+struct MassRows {
+  cache::MassRule::Mode mode = cache::MassRule::Mode::kAdd;
+  // Rows [begin, end) count: kAdd adds each one's probabilities, kLast stores the last one's.
+  int begin = 0;
+  int end = 1 << 30;
+  bool counts(int row) const {
+    return mode != cache::MassRule::Mode::kNone && row >= begin && row < end;
+  }
+};
+
 // The live keys of one stream as the cache holds them: its pages, page_slots slots each.
 struct CachedKeys {
   std::span<const cache::PageView> pages;
   int page_slots = 0;
-  // Whether the policy ranks keys by attention mass (h2o): only then do the kernels add each
-  // key's probability to its acc.
-  bool add_mass = true;
+  MassRows mass;  // only the policies that rank keys by attention mass have the kernels write it
 };
 
 // The decode token's own key and value: not cached yet (the cache takes it after the step), and
@@ -35,8 +45,9 @@ struct OwnKey {
 };
 
 // One query over the cached keys and its own key. Updates every cached key's m = min(m, phi),
-// adds each cached key's softmax probability to its acc (with add_mass), writes out[head_dim]
-// and returns the own key's probability.
+// records each cached key's softmax probability in its acc when the query counts (mass row 0:
+// added, or stored under kLast), writes out[head_dim] and returns the own key's mass: its
+// probability when the query counts, else 0.
 float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                        const CachedKeys& keys, float* out);
 
@@ -55,8 +66,10 @@ struct Chunk {
 // Attends every chunk query over the cached keys (m = min(stored m, prefix-min of phi up to
 // the query)) and the chunk keys up to it (m = min of phi over (key, query]), leaving out the
 // keys the eviction rule excludes by then, so any chunking gives step-by-step decode's output.
-// Afterwards the cached keys hold m = min(m, min phi of the chunk) and, with add_mass, their acc
-// grown by the chunk's attention and chunk_acc[n] the chunk keys' accumulated probabilities.
+// Afterwards the cached keys hold m = min(m, min phi of the chunk), their acc as keys.mass says
+// (grown by the counted rows' probabilities, or those of the last counted row under kLast: a
+// chunk scores its keys by its last query, as decode would have by the end of the chunk), and
+// chunk_acc[n] the chunk keys' mass recorded the same way (0 when no row counts).
 void prefill_attention(const Chunk& chunk, Penalty pen, int head_dim, const CachedKeys& keys,
                        float* out, float* chunk_acc);
 

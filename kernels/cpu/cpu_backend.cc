@@ -26,8 +26,8 @@ using cache::PageView;
 // One forward call's items with their token offsets in the stacked activations.
 struct Batch {
   std::span<const ForwardItem> items;
-  std::vector<int> offset;  // item -> first row; offset[items.size()] = total tokens
-  std::vector<char> mass;   // item -> whether its policy ranks keys by attention mass (h2o)
+  std::vector<int> offset;            // item -> first row; offset[items.size()] = total tokens
+  std::vector<cache::MassRule> mass;  // item -> what its policy has the kernels record in acc
   int tokens() const { return offset.back(); }
   int len(size_t i) const { return offset[i + 1] - offset[i]; }
 };
@@ -139,7 +139,7 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
   Batch b{items, {0}, {}};
   for (const ForwardItem& it : items) {
     b.offset.push_back(b.offset.back() + it.tokens.size());
-    b.mass.push_back(cache_.ranks_by_mass(it.seq));
+    b.mass.push_back(cache_.mass_rule(it.seq));
   }
   FPA_RETURN_IF_ERROR(validate(b, logits, trace));
   const int n = b.tokens();
@@ -253,7 +253,8 @@ void CpuBackend::attend(int l, const Batch& b) {
     const cpu::Penalty pen{beta[h], thr_[s]};
     const long off = b.offset[i];
     const long col = off * width() + h * hd;
-    const cpu::CachedKeys keys{pages_[s], page_slots, b.mass[i] != 0};
+    const auto [first, end] = b.mass[i].rows(b.items[i].start_pos, b.len(i));
+    const cpu::CachedKeys keys{pages_[s], page_slots, {b.mass[i].mode, first, end}};
     if (b.len(i) == 1) {
       const cpu::OwnKey own{k_.data() + col, v_.data() + col};
       acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
@@ -267,7 +268,7 @@ void CpuBackend::attend(int l, const Batch& b) {
   });
 }
 
-// The cache evicts, inserts the step's keys (with the attention mass they got, for h2o) and
+// The cache evicts, inserts the step's keys (with the attention mass they got) and
 // compacts, as for every backend.
 absl::Status CpuBackend::update_cache(int l, const Batch& b) {
   std::vector<cache::StepItem> items;

@@ -54,7 +54,9 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::generate(std::span<const int32
     return absl::InvalidArgumentError(
         "generate: needs a non-empty prompt, prefill_chunk > 0 and max_new_tokens >= 0");
   }
-  absl::StatusOr<cache::SeqId> seq = start(policy);
+  cache::PolicyConfig with_prompt = policy;
+  with_prompt.prompt_tokens = static_cast<int64_t>(prompt.size());
+  absl::StatusOr<cache::SeqId> seq = start(with_prompt);
   if (!seq.ok()) return seq.status();
   absl::Cleanup done = [&] { finish(*seq); };
   std::vector<float> logits(model_.config().vocab_size);

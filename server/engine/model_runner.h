@@ -43,7 +43,8 @@ class ModelRunner {
   void finish(cache::SeqId seq);  // frees every page of the sequence at once
 
   // Solo generation without batching (tests, benchmarks, the reference for batched output):
-  // prefill in chunks of `prefill_chunk`, then sample until max_new_tokens or EOS.
+  // prefill in chunks of `prefill_chunk`, then sample until max_new_tokens or EOS. The policy's
+  // prompt_tokens is the prompt's length.
   absl::StatusOr<std::vector<int32_t>> generate(std::span<const int32_t> prompt,
                                                 const SamplingParams& sampling, int max_new_tokens,
                                                 const cache::PolicyConfig& policy,

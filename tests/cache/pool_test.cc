@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/policy.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -288,6 +289,27 @@ TEST(Policies, ParseNameAndValidate) {
   EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kWindow, p.min_budget = 0; }));
   EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kSinks, p.sink_tokens = 8; }));
   EXPECT_TRUE(rejected([](PolicyConfig& p) { p.policy = Policy::kH2O, p.h2o_recent_share = 2; }));
+  const auto snapkv = [](int window, int pool, int64_t prompt) {
+    return [=](PolicyConfig& p) {
+      p.policy = Policy::kSnapKV, p.snapkv_window = window, p.snapkv_pool = pool;
+      p.prompt_tokens = prompt;
+    };
+  };
+  EXPECT_TRUE(rejected(snapkv(0, 7, 10)));
+  EXPECT_TRUE(rejected(snapkv(32, 4, 10)));
+  EXPECT_TRUE(rejected(snapkv(32, 0, 10)));
+  EXPECT_TRUE(rejected(snapkv(32, 7, 0)));
+  for (auto [edit, field] : {std::pair{snapkv(0, 7, 10), "snapkv_window"},
+                             {snapkv(32, 4, 10), "snapkv_pool"},
+                             {snapkv(32, 7, 0), "prompt_tokens"}}) {
+    PolicyConfig p;
+    edit(p);
+    EXPECT_NE(validate_policy(p).message().find(field), std::string_view::npos)
+        << validate_policy(p);
+  }
+  PolicyConfig smallest;
+  snapkv(1, 1, 1)(smallest);
+  EXPECT_TRUE(validate_policy(smallest).ok());
   EXPECT_EQ(cache->stats().sequences, 0);
 }
 
@@ -341,11 +363,14 @@ TEST(Pool, NoLeaksUnderRandomTraffic) {
     const int what = pick(20);
     if (seqs.size() < 2 || (what == 0 && seqs.size() < 6)) {
       PolicyConfig p;
-      p.policy = static_cast<Policy>(pick(5));
+      p.policy = static_cast<Policy>(pick(7));
       p.tau = 2.0f;
       p.budget_fraction = 0.3f;
       p.min_budget = 3;
       p.sink_tokens = 2;
+      p.snapkv_window = 4;
+      p.snapkv_pool = 3;
+      p.prompt_tokens = 1 + pick(40);
       const auto id = cache->add_sequence(p);
       ASSERT_TRUE(id.ok()) << id.status();
       seqs[*id];

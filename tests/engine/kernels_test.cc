@@ -181,7 +181,7 @@ struct Pages {
     std::copy_n(vv, dim, &v[at * dim]);
     pos[at] = position, lvl[at] = level, m[at] = mm;
   }
-  CachedKeys keys() const { return {views, slots}; }
+  CachedKeys keys() const { return {views, slots, {}}; }
 };
 
 // out = softmax_j(q.k_j/sqrt(dim) - beta*max(0, lvl_j - m_j)) v_j over the given keys.
@@ -264,18 +264,75 @@ TEST_P(DecodeTest, ExcludesKeysAndLeavesAccWithoutMass) {
   ASSERT_GT(std::count(pen.begin(), pen.end(), INFINITY), 0);
   std::fill(pages.acc.begin(), pages.acc.end(), 0.25f);
   CachedKeys keys = pages.keys();
-  keys.add_mass = false;
+  keys.mass.mode = cache::MassRule::Mode::kNone;
   std::vector<float> out(dim);
   const OwnKey own{&k[(n - 1) * dim], &v[(n - 1) * dim]};
   const float own_p =
       decode_attention(q.data(), phi, own, Penalty{beta, threshold}, dim, keys, out.data());
   const std::vector<double> ref = direct(q.data(), ks, vs, pen, dim);
   for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[i], ref[i], 1e-5);
-  EXPECT_GT(own_p, 0.0f);
+  EXPECT_EQ(own_p, 0.0f);  // no mass recorded for the own key either
   for (float a : pages.acc) EXPECT_EQ(a, 0.25f);
 }
 
+// tova's mass: the query's probabilities replace acc instead of adding to it (the same values
+// an add from zero gives), and the own key's probability is returned as its mass.
+TEST_P(DecodeTest, LastQueryMassOverwritesAcc) {
+  const int dim = GetParam(), n = 9;
+  const std::vector<float> k = randn(n * dim, 31), v = randn(n * dim, 32), q = randn(dim, 33);
+  Pages pages(3, 4, dim);
+  for (int j = 0; j < n - 1; ++j) pages.put(j + j / 4, j, &k[j * dim], &v[j * dim], 0.0f, kInf);
+  const OwnKey own{&k[(n - 1) * dim], &v[(n - 1) * dim]};
+  std::vector<float> out(dim);
+  CachedKeys keys = pages.keys();
+  const float added = decode_attention(q.data(), 0.0f, own, Penalty{}, dim, keys, out.data());
+  const std::vector<float> from_zero = pages.acc;
+  std::fill(pages.acc.begin(), pages.acc.end(), 0.25f);
+  keys.mass.mode = cache::MassRule::Mode::kLast;
+  EXPECT_EQ(decode_attention(q.data(), 0.0f, own, Penalty{}, dim, keys, out.data()), added);
+  for (size_t at = 0; at < pages.acc.size(); ++at) {
+    EXPECT_EQ(pages.acc[at], pages.pos[at] >= 0 ? from_zero[at] : 0.25f) << at;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
+
+// The mass a chunk records under `mass`, from zero: cached keys' acc, then the chunk keys'.
+std::vector<float> chunk_mass(cache::MassRule::Mode mode, int begin, int end) {
+  const int dim = 8, old = 5, n = 40;  // 40 rows: two blocks of the kernel's matrix products
+  const std::vector<float> k = randn(old * dim, 41), v = randn(k.size(), 42);
+  const std::vector<float> q = randn(n * dim, 43), ck = randn(n * dim, 44), cv = randn(n * dim, 45);
+  const std::vector<float> phi(n, 0.0f), lvl(n, 0.0f);
+  Pages pages(2, 4, dim);
+  for (int j = 0; j < old; ++j) pages.put(j, j, &k[j * dim], &v[j * dim], 0.0f, kInf);
+  std::vector<float> out(n * dim), acc(n);
+  CachedKeys keys = pages.keys();
+  keys.mass = {mode, begin, end};
+  const Chunk chunk{q.data(), ck.data(), cv.data(), dim, phi.data(), lvl.data(), n};
+  prefill_attention(chunk, Penalty{}, dim, keys, out.data(), acc.data());
+  std::vector<float> mass(pages.acc.begin(), pages.acc.begin() + old);
+  mass.insert(mass.end(), acc.begin(), acc.end());
+  return mass;
+}
+
+// snapkv's window: only the counted rows add, so the mass of rows [0, 40) is that of [0, 30)
+// plus that of [30, 40); tova's: the last counted row's probabilities alone, as that row added
+// by itself; no counted row, no mass.
+TEST(PrefillMass, CountsOnlyTheRowsInRange) {
+  using Mode = cache::MassRule::Mode;
+  const std::vector<float> all = chunk_mass(Mode::kAdd, 0, 40);
+  const std::vector<float> head = chunk_mass(Mode::kAdd, 0, 30);
+  const std::vector<float> tail = chunk_mass(Mode::kAdd, 30, 40);
+  double total = 0.0;
+  for (size_t j = 0; j < all.size(); ++j) {
+    EXPECT_NEAR(all[j], head[j] + tail[j], 1e-5) << j;
+    total += tail[j];
+  }
+  EXPECT_NEAR(total, 10.0, 1e-4);  // ten rows hand out probability 1 each
+  EXPECT_EQ(chunk_mass(Mode::kLast, 0, 34), chunk_mass(Mode::kAdd, 33, 34));
+  EXPECT_EQ(chunk_mass(Mode::kLast, 0, 40), chunk_mass(Mode::kAdd, 39, 40));
+  for (float x : chunk_mass(Mode::kAdd, 40, 40)) EXPECT_EQ(x, 0.0f);
+}
 
 // (eviction threshold, chunk length): +inf is a full cache, 0.5 makes the fpa rule exclude keys
 // part-way through the chunk; 40 rows span two blocks of the kernel's matrix products.

@@ -218,6 +218,44 @@ TEST_P(RunnerTest, AttentionMassGrowsOnlyForH2o) {
   }
 }
 
+// snapkv and tova through the real kernels: every stream holds its budget after each step
+// (snapkv: the whole prompt until its end); snapkv's keys get no mass before the prompt's last
+// window, tova's hold one query's probabilities (summing to at most 1), never a running sum.
+TEST_P(RunnerTest, SnapKvAndTovaHoldTheBudget) {
+  for (cache::Policy policy : {cache::Policy::kSnapKV, cache::Policy::kTova}) {
+    const cache::PolicyConfig config{.policy = policy,
+                                     .budget_fraction = 0.5f,
+                                     .snapkv_window = 8,
+                                     .snapkv_pool = 3,
+                                     .prompt_tokens = 40};
+    const cache::SeqId s = *runner_->start(config);
+    const std::vector<int32_t> p = prompt(40, 9);
+    std::vector<float> logits(model_->config().vocab_size);
+    std::vector<std::span<const int32_t>> steps = {
+        std::span(p).first(16), std::span(p).subspan(16, 23), std::span(p).subspan(39)};
+    const int32_t next = 7;
+    for (int i = 0; i < 6; ++i) steps.push_back({&next, 1});
+    for (std::span<const int32_t> tokens : steps) {
+      ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, tokens}}, logits).ok());
+      const int64_t length = cache_->length(s);
+      const bool whole = policy == cache::Policy::kSnapKV && length < 40;
+      const int64_t keep = whole ? length : std::max<int64_t>(8, (length + 1) / 2);
+      EXPECT_EQ(cache_->sequence_stats(s).live_keys,
+                std::min(length, keep) * model_->config().n_layers * model_->config().n_heads)
+          << cache::policy_name(policy) << " at " << length;
+      double mass = 0;
+      for (const auto& [pos, acc] : mass_by_position(*cache_, s)) mass += acc;
+      if (policy == cache::Policy::kSnapKV && length == 16) {
+        EXPECT_EQ(mass, 0.0);
+      }
+      if (policy == cache::Policy::kTova) {
+        EXPECT_LE(mass, 1.0 + 1e-5) << length;
+      }
+    }
+    runner_->finish(s);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, RunnerTest, ::testing::Values("fpa", "fox", "softmax"));
 
 }  // namespace

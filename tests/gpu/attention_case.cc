@@ -168,7 +168,7 @@ Expected cpu_expected(const AttentionCase& c) {
         views.push_back({k.data() + s0 * hd, v.data() + s0 * hd, lvl.data() + s0, e.m.data() + s0,
                          acc.data() + s0, e.pos.data() + s0});
       }
-      const cpu::CachedKeys keys{views, ps};
+      const cpu::CachedKeys keys{views, ps, {}};
       const cpu::Penalty pen{c.beta[h], c.thr[stream]};
       const int row0 = c.item_row0[i], len = c.item_len[i];
       const float* q = c.qkv.data() + static_cast<size_t>(row0) * c.qkv_stride + h * hd;

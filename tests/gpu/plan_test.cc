@@ -74,7 +74,8 @@ TEST(CheckPolicy, AcceptsWhatTheDeviceMirrorsAndNamesTheRest) {
   for (cache::Policy p : {cache::Policy::kFpa, cache::Policy::kNone}) {
     EXPECT_TRUE(check_policy({.policy = p}).ok());
   }
-  for (cache::Policy p : {cache::Policy::kWindow, cache::Policy::kSinks, cache::Policy::kH2O}) {
+  for (cache::Policy p : {cache::Policy::kWindow, cache::Policy::kSinks, cache::Policy::kH2O,
+                          cache::Policy::kSnapKV, cache::Policy::kTova}) {
     absl::Status st = check_policy({.policy = p});
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
     EXPECT_NE(std::string(st.message()).find(cache::policy_name(p)), std::string::npos) << st;

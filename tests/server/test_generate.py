@@ -123,6 +123,15 @@ def test_eviction_policies_per_request(server):
         list(none.token_ids)
 
 
+def test_snapkv_and_tova_generate(server):
+    prompt = "The grass is green. The sky is blue. " * 30
+    for policy, extra in (("snapkv", dict(snapkv_window=16, snapkv_pool=5)), ("tova", {})):
+        out = server.client.generate(prompt, max_new_tokens=8, eviction_policy=policy,
+                                     cache_budget_fraction=0.25, **extra)
+        assert len(out.token_ids) == 8, policy
+        assert out.usage.live_fraction <= 0.3, policy
+
+
 def test_tokenize_and_model_info(server):
     assert server.client.tokenize("h\u00e9") == [256, 104, 0xC3, 0xA9]
     info = server.client.model_info()

@@ -19,7 +19,7 @@ from conftest import fpa_client
 pb, pb_grpc = fpa_client.pb, fpa_client.pb_grpc
 LOAD_SECONDS = float(os.environ.get("FPA_SOAK_SECONDS", "40"))
 DRAIN_SECONDS = 3
-POLICIES = ["", "fpa", "none", "window", "sinks", "h2o"]
+POLICIES = ["", "fpa", "none", "window", "sinks", "h2o", "snapkv", "tova"]
 # Codes only the server produces: a client that saw one knows its call was counted.
 SERVER_CODES = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 
@@ -48,7 +48,7 @@ def random_request(rng: random.Random, long: bool = False):
     fields = dict(max_new_tokens=rng.randint(300, 2000) if long else rng.randint(1, 48),
                   temperature=rng.choice([0.0, 0.7, 1.0]), logprobs=rng.random() < 0.5,
                   eviction_policy=rng.choice(POLICIES), ignore_eos=rng.random() < 0.5)
-    if fields["eviction_policy"] in ("window", "sinks", "h2o"):
+    if fields["eviction_policy"] in ("window", "sinks", "h2o", "snapkv", "tova"):
         fields["cache_budget_fraction"] = rng.choice([0.1, 0.5, 1.0])
     if fields["eviction_policy"] == "fpa":
         fields["tau"] = rng.choice([2.0, 8.0, 20.0])

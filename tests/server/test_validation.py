@@ -28,6 +28,9 @@ BAD = [
     ("oversized prompt", dict(prompt="x" * 3000), "text"),
     ("8000-byte policy", dict(eviction_policy="\u00e9" * 4000), "eviction_policy"),
     ("sinks fill the budget", dict(eviction_policy="sinks", sink_tokens=8), "sink_tokens"),
+    ("snapkv window 0", dict(eviction_policy="snapkv", snapkv_window=0), "snapkv_window"),
+    ("snapkv even pool", dict(eviction_policy="snapkv", snapkv_pool=4), "snapkv_pool"),
+    ("snapkv pool 0", dict(eviction_policy="snapkv", snapkv_pool=0), "snapkv_pool"),
 ]
 
 
