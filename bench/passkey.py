@@ -54,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--policies", default="none,fpa,window,sinks,h2o,snapkv,tova")
     p.add_argument("--budgets", default="auto,0.25",
                    help="heuristic budgets: fractions, or auto = what fpa held at that length")
+    p.add_argument("--snapkv-window", type=int, default=0, help="snapkv's window (0: the server's)")
+    p.add_argument("--snapkv-pool", type=int, default=0, help="snapkv's pooling (0: the server's)")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--seed", type=int, default=1234)
@@ -93,10 +95,11 @@ class Client:
     def info(self):
         return self.stub.ModelInfo(self.pb.ModelInfoRequest(), timeout=30)
 
-    def run(self, text, policy, budget, max_new_tokens):
-        """Streams one request; returns (generated text, usage, decode tokens/s)."""
+    def run(self, text, policy, budget, max_new_tokens, extra=None):
+        """Streams one request; returns (generated text, usage, decode tokens/s). `extra`: more
+        request fields (snapkv's window and pool)."""
         req = self.pb.GenerateRequest(text=text, max_new_tokens=max_new_tokens,
-                                      eviction_policy=policy)
+                                      eviction_policy=policy, **(extra or {}))
         if budget is not None:
             req.cache_budget_fraction = budget
         pieces, first, usage = [], None, None
@@ -118,7 +121,9 @@ def run_batch(client, jobs, args, deadline):
         (length, depth, key, text), policy, label, frac = job
         if time.monotonic() > deadline:
             return None
-        out, usage, tps = client.run(text, policy, frac, args.max_new_tokens)
+        extra = {k: v for k, v in (("snapkv_window", args.snapkv_window),
+                                   ("snapkv_pool", args.snapkv_pool)) if v and policy == "snapkv"}
+        out, usage, tps = client.run(text, policy, frac, args.max_new_tokens, extra)
         held, full = usage.cache_bytes_held, usage.cache_bytes_full
         return dict(length=length, depth=depth, key=key, policy=policy, budget=label,
                     budget_fraction=frac, answer=first_integer(out), correct=first_integer(out) == key,

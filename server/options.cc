@@ -51,7 +51,7 @@ std::function<bool(ServeOptions&, absl::string_view)> text(std::string ServeOpti
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> kFlags = {
-      {"model", "DIR", "model directory (config.json + model.safetensors) [models/fpa-tiny]",
+      {"model", "DIR", "model directory (config.json + model.safetensors) [models/fpa-v2]",
        text(&ServeOptions::model)},
       {"address", "HOST:PORT", "gRPC listen address; port 0 picks a free one [0.0.0.0:50051]",
        text(&ServeOptions::address)},

@@ -10,7 +10,7 @@
 namespace fpa::server {
 
 struct ServeOptions {
-  std::string model = "models/fpa-tiny";
+  std::string model = "models/fpa-v2";
   std::string address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9400";
   std::string http_address = "0.0.0.0:8000";

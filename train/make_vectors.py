@@ -3,7 +3,7 @@
 Each random-weight case is a small model (config.json, model.safetensors) plus case.safetensors
 with the reference's full-cache and evicting step-by-step decodes. Each case's tau is picked so
 that about half of the keys are evicted by the end of the sequence (softmax evicts nothing).
-The `shipped` case runs the trained models/fpa-tiny on a short prompt; its directory holds only
+The `shipped` case runs the trained default model, models/fpa-v2, on a short prompt; its directory holds only
 case.safetensors, and `__metadata__["model_dir"]` names the model (relative to the repo root).
 
     /usr/bin/python3 train/make_vectors.py [--out tests/vectors]
@@ -104,7 +104,7 @@ def make_random_case(out_dir: str, name: str, tau: float | None = None) -> str:
     return f"{name}: tau={cfg.tau} evicted share at the end {share:.2f}"
 
 
-def make_shipped_case(out_dir: str, model_rel: str = "models/fpa-tiny") -> str | None:
+def make_shipped_case(out_dir: str, model_rel: str = "models/fpa-v2") -> str | None:
     path = os.path.join(ROOT, model_rel)
     if not os.path.exists(os.path.join(path, "model.safetensors")):
         return None

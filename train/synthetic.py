@@ -14,6 +14,7 @@ its held-out accuracy on `?` reaches --converged (also reported at 4x the traini
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import sys
@@ -88,12 +89,16 @@ def accuracy(model: Model, length: int, n: int = 64) -> float:
     return (pred[mask] == y[mask]).float().mean().item()
 
 
-def train_one(kind: str, seed: int, steps: int, lr: float) -> dict:
+def train_one(kind: str, seed: int, steps: int, lr: float, cosine: bool = False) -> dict:
+    """`cosine`: the learning rate decays from lr to 1% of it over the steps (else constant)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = make_model(kind, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     for step in range(steps):
+        if cosine:
+            for g in opt.param_groups:
+                g["lr"] = lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         x, y = batch(rng, 32, 48)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-1)
         opt.zero_grad(set_to_none=True)
@@ -109,6 +114,7 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=250)
     ap.add_argument("--lr", type=float, default=2e-2)
+    ap.add_argument("--cosine", action="store_true", help="cosine decay of the learning rate")
     ap.add_argument("--converged", type=float, default=0.99)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
@@ -118,7 +124,7 @@ def main():
     for kind in args.kinds:
         for seed in args.seeds:
             t0 = time.time()
-            results.append(train_one(kind, seed, args.steps, args.lr))
+            results.append(train_one(kind, seed, args.steps, args.lr, args.cosine))
             print(f"{results[-1]} ({time.time() - t0:.0f}s)", flush=True)
     lines = ["| kind | seeds converged | accuracy per seed (48 tokens) | at 192 tokens (4x) |",
              "|---|---|---|---|"]
@@ -129,9 +135,10 @@ def main():
                      + " | " + ", ".join(f"{r['acc4x']:.3f}" for r in rs) + " |")
     lines.append(f"| (last value written, ignoring scopes) | - | {recency_baseline(48):.3f} | "
                  f"{recency_baseline(192):.3f} |")
+    schedule = "cosine to 1%" if args.cosine else "constant"
     text = "\n".join(lines) + (f"\n\nOne layer, 2 heads of 16, d_model 32, {args.steps} steps of "
-                               f"32x48 tokens, lr {args.lr}; converged = accuracy on `?` >= "
-                               f"{args.converged}.\n")
+                               f"32x48 tokens, lr {args.lr} ({schedule}); converged = accuracy "
+                               f"on `?` >= {args.converged}.\n")
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -162,15 +162,15 @@ def health_probe_binary():
 
 def model_for_tests():
     """The small random-weight test model (fast and always there), else the shipped one."""
-    for candidate in ("tests/vectors/fpa_free", "models/fpa-tiny"):
+    for candidate in ("tests/vectors/fpa_free", "models/fpa-v2"):
         if (REPO / candidate / "model.safetensors").exists():
             return REPO / candidate
     return None
 
 
 def shipped_model():
-    """models/fpa-tiny when the trainer has shipped it, else the test model."""
-    shipped = REPO / "models/fpa-tiny"
+    """models/fpa-v2 (the default) when the trainer has shipped it, else the test model."""
+    shipped = REPO / "models/fpa-v2"
     return shipped if (shipped / "model.safetensors").exists() else model_for_tests()
 
 

@@ -350,7 +350,7 @@ def image(facts, runtime, tmp_path_factory):
     serve, probe = binaries()
     model = model_for_tests()
     if model is None:
-        pytest.skip("no model yet (models/fpa-tiny or tests/vectors/fpa_free)")
+        pytest.skip("no model yet (models/fpa-v2 or tests/vectors/fpa_free)")
     work = tmp_path_factory.mktemp("image")
     variant = "cuda" if is_cuda_build(serve) else "cpu"
     assemble_rootfs(work / "context/rootfs", runtime, stage(facts, "cuda"), serve, probe, model)

@@ -63,7 +63,7 @@ def live(tmp_path_factory):
     if binary is None:
         pytest.skip(f"fpa-serve not built in {BUILD} yet")
     if model is None:
-        pytest.skip("no model yet (models/fpa-tiny or tests/vectors/fpa_free)")
+        pytest.skip("no model yet (models/fpa-v2 or tests/vectors/fpa_free)")
     fpa_pb2, fpa_pb2_grpc, health_pb2, health_pb2_grpc = stubs()
     tmp = tmp_path_factory.mktemp("live")
     grpc_port, metrics_port, prom_port = free_port(), free_port(), free_port()

@@ -29,7 +29,7 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     const std::string dir = std::string(FPA_VECTORS_DIR) + "/" + GetParam();
     if (GetParam() == "shipped" && !std::filesystem::exists(dir + "/case.safetensors")) {
-      GTEST_SKIP() << "no shipped-model vectors yet (models/fpa-tiny not trained)";
+      GTEST_SKIP() << "no shipped-model vectors yet (models/fpa-v2 not trained)";
     }
     auto file = SafetensorsFile::open(dir + "/case.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();

@@ -18,7 +18,7 @@ absl::StatusOr<ServeOptions> parse(std::vector<std::string> args) {
 TEST(ParseOptions, DefaultsMatchTheServingContract) {
   absl::StatusOr<ServeOptions> o = parse({});
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->model, "models/fpa-tiny");
+  EXPECT_EQ(o->model, "models/fpa-v2");
   EXPECT_EQ(o->address, "0.0.0.0:50051");
   EXPECT_EQ(o->metrics_address, "0.0.0.0:9400");
   EXPECT_EQ(o->cache_bytes, 268435456);

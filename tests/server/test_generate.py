@@ -183,10 +183,10 @@ def test_reflection_lists_the_service(server):
 
 
 def test_shipped_model_matches_engine(make_server):
-    """The trained models/fpa-tiny through the daemon equals solo generation."""
-    model = os.path.join(REPO, "models", "fpa-tiny")
+    """The default model, models/fpa-v2, through the daemon equals solo generation."""
+    model = os.path.join(REPO, "models", "fpa-v2")
     if not os.path.exists(os.path.join(model, "model.safetensors")):
-        pytest.skip("models/fpa-tiny is not trained yet")
+        pytest.skip("models/fpa-v2 is not trained yet")
     s = make_server(model=model)
     prompt = "There is an important info hidden inside a lot of irrelevant text. The pass key is"
     resp = s.client.generate(prompt, max_new_tokens=24)
