@@ -29,7 +29,7 @@ struct CacheShape {
   int head_dim = 0;
   int page_slots = 16;
   // Bytes of one stored k or v element: 4 (float32) or 2 (bf16). The storage's owner sets it
-  // (host storage holds float32; a device pool its own dtype), and every byte figure follows it.
+  // (host storage holds either; a device pool its own dtype), and every byte figure follows it.
   int kv_bytes = 4;
 };
 
@@ -82,12 +82,14 @@ struct MassRule {
 
 // Pointers into host storage for one page (structure of arrays, `page_slots` entries each).
 struct PageView {
-  float* k;      // [page_slots][head_dim]
-  float* v;      // [page_slots][head_dim]
-  float* lvl;    // [page_slots]
-  float* m;      // [page_slots]; +inf when inserted, then min(m, phi) at each later step
-  float* acc;    // [page_slots]; attention mass as the sequence's MassRule records it
-  int32_t* pos;  // [page_slots]; token position, -1 for a free slot
+  float* k;                 // [page_slots][head_dim], float32 host storage (else null)
+  float* v;                 // [page_slots][head_dim]
+  float* lvl;               // [page_slots]
+  float* m;                 // [page_slots]; +inf when inserted, then min(m, phi) at each later step
+  float* acc;               // [page_slots]; attention mass as the sequence's MassRule records it
+  int32_t* pos;             // [page_slots]; token position, -1 for a free slot
+  uint16_t* k16 = nullptr;  // [page_slots][head_dim], bf16 host storage (kv_bytes 2; else null)
+  uint16_t* v16 = nullptr;
 };
 
 struct SlotRef {

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "model/bf16.h"
 
 namespace fpa::cache {
 namespace {
@@ -28,7 +29,8 @@ struct Layout {
 
 Layout layout_for(const CacheShape& shape, bool host_storage) {
   const size_t slots = static_cast<size_t>(shape.page_slots);
-  const size_t kv = host_storage ? align_up(slots * static_cast<size_t>(shape.head_dim) * 4) : 0;
+  const size_t kv =
+      host_storage ? align_up(slots * static_cast<size_t>(shape.head_dim) * shape.kv_bytes) : 0;
   const size_t scalar = align_up(slots * 4);
   Layout l;
   l.v = kv;
@@ -67,6 +69,7 @@ PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_stora
       head_dim_(shape.head_dim),
       num_pages_(num_pages),
       host_storage_(host_storage),
+      kv_bytes_(shape.kv_bytes),
       base_(base),
       info_(static_cast<size_t>(num_pages)),
       next_free_(static_cast<size_t>(num_pages * shape.page_slots), -1),
@@ -85,12 +88,21 @@ PageTable::~PageTable() {
   ::operator delete (base_, std::align_val_t{pool_alignment(num_pages_ * stride_)});
 }
 
+std::byte* PageTable::kv_row(int32_t gslot, bool value) const {
+  const size_t row = static_cast<size_t>(head_dim_) * kv_bytes_;
+  return base_ + static_cast<size_t>(gslot / slots_) * stride_ + (value ? off_v_ : 0) +
+         static_cast<size_t>(gslot % slots_) * row;
+}
+
 PageView PageTable::view(int32_t page) const {
   std::byte* p = base_ + static_cast<size_t>(page) * stride_;
   PageView v{};
-  if (host_storage_) {
+  if (host_storage_ && kv_bytes_ == 4) {
     v.k = reinterpret_cast<float*>(p);
     v.v = reinterpret_cast<float*>(p + off_v_);
+  } else if (host_storage_) {
+    v.k16 = reinterpret_cast<uint16_t*>(p);
+    v.v16 = reinterpret_cast<uint16_t*>(p + off_v_);
   }
   v.lvl = reinterpret_cast<float*>(p + off_lvl_);
   v.m = reinterpret_cast<float*>(p + off_m_);
@@ -190,10 +202,15 @@ void PageTable::write_slot(int32_t gslot, int32_t pos, float lvl, float m, const
   view_.lvl[s] = lvl;
   view_.m[s] = m;
   view_.acc[s] = 0.0f;
-  if (host_storage_) {
-    const size_t d = static_cast<size_t>(head_dim_);
-    std::memcpy(view_.k + static_cast<size_t>(s) * d, k, d * sizeof(float));
-    std::memcpy(view_.v + static_cast<size_t>(s) * d, v, d * sizeof(float));
+  if (!host_storage_) return;
+  const size_t d = static_cast<size_t>(head_dim_);
+  const size_t at = static_cast<size_t>(s) * d;
+  if (kv_bytes_ == 4) {
+    std::memcpy(view_.k + at, k, d * sizeof(float));
+    std::memcpy(view_.v + at, v, d * sizeof(float));
+  } else {
+    to_bf16(k, d, view_.k16 + at);
+    to_bf16(v, d, view_.v16 + at);
   }
 }
 
@@ -229,11 +246,10 @@ void PageTable::copy_slot(int32_t from, int32_t to) {
   b.lvl[j] = a.lvl[i];
   b.m[j] = a.m[i];
   b.acc[j] = a.acc[i];
-  if (host_storage_) {
-    const size_t d = static_cast<size_t>(head_dim_);
-    std::memcpy(b.k + static_cast<size_t>(j) * d, a.k + static_cast<size_t>(i) * d, d * 4);
-    std::memcpy(b.v + static_cast<size_t>(j) * d, a.v + static_cast<size_t>(i) * d, d * 4);
-  }
+  if (!host_storage_) return;
+  const size_t row = static_cast<size_t>(head_dim_) * kv_bytes_;
+  std::memcpy(kv_row(to, false), kv_row(from, false), row);
+  std::memcpy(kv_row(to, true), kv_row(from, true), row);
 }
 
 int PageTable::compact(StreamPages& stream,

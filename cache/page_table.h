@@ -74,6 +74,7 @@ class PageTable {
   void adopt(StreamPages& stream, int32_t page);     // a fresh page joins the stream
   void drop(StreamPages& stream, int32_t page);      // an empty page leaves the stream
   void copy_slot(int32_t from, int32_t to);
+  std::byte* kv_row(int32_t gslot, bool value) const;  // host storage: the slot's k or v bytes
 
   struct PageInfo {
     int32_t live = 0;
@@ -86,6 +87,7 @@ class PageTable {
   const int32_t head_dim_;
   const int64_t num_pages_;
   const bool host_storage_;
+  const int kv_bytes_;  // 4: float32 k and v; 2: bf16
   std::byte* const base_;
   size_t stride_ = 0;
   size_t off_v_ = 0, off_lvl_ = 0, off_m_ = 0, off_acc_ = 0, off_pos_ = 0;

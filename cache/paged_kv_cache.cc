@@ -372,18 +372,15 @@ class PagedKvCache final : public KvCache {
   SeqId next_id_ = 1;
 };
 
-absl::Status validate_shape(const CacheShape& shape, int64_t num_pages, bool host_storage) {
+absl::Status validate_shape(const CacheShape& shape, int64_t num_pages) {
   if (shape.n_layers < 1 || shape.n_heads < 1 || shape.head_dim < 1 || shape.page_slots < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache shape needs positive sizes, got layers=", shape.n_layers, " heads=", shape.n_heads,
         " head_dim=", shape.head_dim, " page_slots=", shape.page_slots));
   }
-  // TODO(cpu-bf16): host pages hold float32 keys and values only.
-  const bool dtype_ok = shape.kv_bytes == 4 || (!host_storage && shape.kv_bytes == 2);
-  if (!dtype_ok) {
-    return absl::InvalidArgumentError(absl::StrCat("cache kv_bytes must be 4",
-                                                   host_storage ? "" : " or 2",
-                                                   " with this storage, got ", shape.kv_bytes));
+  if (shape.kv_bytes != 4 && shape.kv_bytes != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache kv_bytes must be 4 (float32) or 2 (bf16), got ", shape.kv_bytes));
   }
   constexpr int64_t kMaxSlots = int64_t{1} << 31;
   if (num_pages < 1 || num_pages * shape.page_slots >= kMaxSlots) {
@@ -398,7 +395,7 @@ absl::Status validate_shape(const CacheShape& shape, int64_t num_pages, bool hos
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(CacheShape shape, int64_t num_pages,
                                                          bool host_storage) {
-  if (absl::Status s = validate_shape(shape, num_pages, host_storage); !s.ok()) return s;
+  if (absl::Status s = validate_shape(shape, num_pages); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<PageTable>> table =
       PageTable::create(shape, num_pages, host_storage);
   if (!table.ok()) return table.status();
@@ -406,7 +403,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(CacheShape shape, int64
 }
 
 int64_t KvCache::pages_for_bytes(CacheShape shape, int64_t bytes, bool host_storage) {
-  if (validate_shape(shape, 1, host_storage).ok() && bytes > 0) {
+  if (validate_shape(shape, 1).ok() && bytes > 0) {
     return bytes / (shape.page_slots * bytes_per_key(shape, host_storage));
   }
   return 0;

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/bf16.h"
 #include "nlohmann/json.hpp"
 
 namespace fpa {
@@ -283,7 +284,7 @@ std::vector<float> to_float32(const TensorView& t) {
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
-        out[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+        out[i] = bf16_to_float(h);
       }
       break;
     default:

@@ -63,8 +63,9 @@ absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o
                                                            const ModelConfig& c, bool use_cuda) {
   // A device backend keeps keys and values in its own memory, at its own dtype; the cache then
   // does the bookkeeping and counts the device's bytes.
+  const int host_kv_bytes = o.kv_dtype == "bf16" ? 2 : 4;
   const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots,
-                                use_cuda ? kv_bytes(CudaOptions{}) : 4};
+                                use_cuda ? kv_bytes(CudaOptions{}) : host_kv_bytes};
   int64_t pages = o.cache_pages ? *o.cache_pages
                                 : cache::KvCache::pages_for_bytes(shape, o.cache_bytes, !use_cuda);
   if (pages < 1) {
@@ -176,7 +177,8 @@ int serve(const ServeOptions& o) {
 
   std::string host = o.address.substr(0, o.address.rfind(':'));
   std::cout << "fpa-serve: " << config.n_layers << "-layer model from " << o.model << " on "
-            << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages\n"
+            << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages ("
+            << ((*kv)->shape().kv_bytes == 2 ? "bf16" : "float32") << " keys and values)\n"
             << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
             << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
             << (*metrics_http)->port() << " (metrics), "

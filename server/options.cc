@@ -121,6 +121,14 @@ const std::vector<Flag>& flags() {
          o.cpu_weights = std::string(v);
          return true;
        }},
+      {"kv-dtype", "f32|bf16",
+       "CPU backend KV cache pages: bf16 halves the bytes a key holds and decode reads (lvl and m "
+       "stay float32); the CUDA pool is bf16 either way [f32]",
+       [](ServeOptions& o, absl::string_view v) {
+         if (v != "f32" && v != "bf16") return false;
+         o.kv_dtype = std::string(v);
+         return true;
+       }},
       {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
        seconds(&ServeOptions::drain_seconds, 0)},
       {"max-connections", "N", "gRPC connections; more are closed at once [1024]",

@@ -29,6 +29,7 @@ struct ServeOptions {
   std::optional<float> tau;         // the model's tau when absent
   int threads = 0;                  // 0 = every core
   std::string cpu_weights = "f32";  // f32 | bf16: the CPU backend's projection weights
+  std::string kv_dtype = "f32";     // f32 | bf16: the CPU backend's KV cache pages
   double drain_seconds = 30;
   // gRPC connections (docs/serving.md, "What the server promises").
   int max_connections = 1024;

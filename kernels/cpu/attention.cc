@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#include "model/bf16.h"
 
 namespace fpa::cpu {
 namespace {
@@ -71,6 +74,18 @@ typedef float Lanes __attribute__((vector_size(64)));
   return v;
 }
 
+// 16 bf16 values widened to float32 (a bf16 is the upper half of a float's bits).
+[[gnu::always_inline]] inline Lanes load(const uint16_t* p) {
+  typedef uint16_t Halves __attribute__((vector_size(32)));
+  typedef uint32_t Words __attribute__((vector_size(64)));
+  Halves h;
+  std::memcpy(&h, p, sizeof h);
+  const Words w = __builtin_convertvector(h, Words) << 16;
+  Lanes v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+
 [[gnu::always_inline]] inline float hsum(Lanes v) {
   typedef float Half __attribute__((vector_size(32)));
   typedef float Quarter __attribute__((vector_size(16)));
@@ -92,12 +107,15 @@ class QueryRow {
   QueryRow(const float* q, int /*dim*/) {
     for (int k = 0; k < kN; ++k) q_[k] = load(q + 16 * k), row_[k] = Lanes{};
   }
-  [[gnu::always_inline]] float dot(const float* key) const {
+  // K: float (float32 pages) or uint16_t (bf16 pages), widened as it is loaded.
+  template <typename K>
+  [[gnu::always_inline]] float dot(const K* key) const {
     Lanes acc = q_[0] * load(key);
     for (int k = 1; k < kN; ++k) acc += q_[k] * load(key + 16 * k);
     return hsum(acc);
   }
-  [[gnu::always_inline]] void add(float p, const float* v) {
+  template <typename K>
+  [[gnu::always_inline]] void add(float p, const K* v) {
     for (int k = 0; k < kN; ++k) row_[k] += p * load(v + 16 * k);
   }
   void rescale(float c) {
@@ -120,6 +138,9 @@ class QueryRow<0> {
   QueryRow(const float* q, int dim) : q_(q), dim_(dim), row_(dim, 0.0f) {}
   float dot(const float* key) const { return fpa::cpu::dot(q_, key, dim_); }
   void add(float p, const float* v) { axpy(p, v, row_.data(), dim_); }
+  // bf16 rows are widened first, so that the sums run as they do over float32 rows.
+  float dot(const uint16_t* key) const { return dot(widen(key)); }
+  void add(float p, const uint16_t* v) { add(p, widen(v)); }
   void rescale(float c) {
     for (float& x : row_) x *= c;
   }
@@ -128,9 +149,15 @@ class QueryRow<0> {
   }
 
  private:
+  const float* widen(const uint16_t* x) const {
+    for (int i = 0; i < dim_; ++i) wide_[i] = bf16_to_float(x[i]);
+    return wide_.data();
+  }
+
   const float* q_;
   const int dim_;
   std::vector<float> row_;
+  mutable std::vector<float> wide_ = std::vector<float>(dim_);
 };
 
 // exp of 16 lanes at once (Cephes' expf polynomial, within 2 ulp), with exp_nonpositive's cut:
@@ -159,7 +186,23 @@ class QueryRow<0> {
 // the query and output row stay in registers across keys; D = 0 takes any size. One pass over
 // the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
 // a key's k and v are read once, together; an excluded key's value is not read at all.
-template <int D>
+// The key and value rows of a page in its storage's type.
+template <typename K>
+const K* key_rows(const cache::PageView& pv) {
+  if constexpr (std::is_same_v<K, float>)
+    return pv.k;
+  else
+    return pv.k16;
+}
+template <typename K>
+const K* value_rows(const cache::PageView& pv) {
+  if constexpr (std::is_same_v<K, float>)
+    return pv.v;
+  else
+    return pv.v16;
+}
+
+template <int D, typename K>
 float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                   const CachedKeys& keys, float* out) {
   const int dim = D > 0 ? D : head_dim;
@@ -175,6 +218,8 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   double z = 1.0;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
+    const K* k_rows = key_rows<K>(pv);
+    const K* v_rows = value_rows<K>(pv);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
       alignas(64) float sc[16];
@@ -186,7 +231,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
           continue;
         }
         pv.m[slot] = std::min(pv.m[slot], phi);
-        sc[j] = query.dot(pv.k + static_cast<long>(slot) * dim) * scale -
+        sc[j] = query.dot(k_rows + static_cast<long>(slot) * dim) * scale -
                 penalty(pen, pv.lvl[slot], pv.m[slot]);
         block_max = std::max(block_max, sc[j]);
       }
@@ -203,7 +248,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
       std::memcpy(e, &el, sizeof e);
       z += hsum(el);
       for (int j = 0; j < w; ++j) {
-        if (e[j] != 0.0f) query.add(e[j], pv.v + static_cast<long>(j0 + j) * dim);
+        if (e[j] != 0.0f) query.add(e[j], v_rows + static_cast<long>(j0 + j) * dim);
       }
     }
   }
@@ -221,14 +266,39 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   return exp_nonpositive(own_score - mx) * inv;
 }
 
-// Free slots may hold anything (even NaN bits); their probability is 0, but 0 * NaN is NaN in a
-// matrix product, so their values are cleared first. The slots belong to this stream alone.
-void clear_free_values(const CachedKeys& keys, int dim) {
-  for (const cache::PageView& pv : keys.pages) {
+// The pages' keys and values as float32 rows for the matrix products: float32 pages as they are,
+// bf16 pages widened once per call into a per-thread buffer. Free slots may hold anything (even
+// NaN bits); their probability is 0, but 0 * NaN is NaN in a matrix product, so their values
+// are cleared (in place for float32 pages: the slots belong to this stream alone).
+struct FloatPages {
+  std::vector<const float*> k, v;
+};
+
+FloatPages float_pages(const CachedKeys& keys, int dim) {
+  FloatPages out;
+  const size_t row = static_cast<size_t>(keys.page_slots) * dim;
+  thread_local std::vector<float> wide;
+  const bool bf16 = !keys.pages.empty() && keys.pages[0].k16 != nullptr;
+  if (bf16 && wide.size() < 2 * row * keys.pages.size()) wide.resize(2 * row * keys.pages.size());
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
+    float* k = bf16 ? wide.data() + 2 * p * row : pv.k;
+    float* v = bf16 ? k + row : pv.v;
     for (int j = 0; j < keys.page_slots; ++j) {
-      if (pv.pos[j] < 0) std::fill_n(pv.v + static_cast<long>(j) * dim, dim, 0.0f);
+      float* vj = v + static_cast<long>(j) * dim;
+      if (pv.pos[j] < 0) {
+        std::fill_n(vj, dim, 0.0f);
+      } else if (bf16) {
+        for (int d = 0; d < dim; ++d) vj[d] = bf16_to_float(pv.v16[j * dim + d]);
+      }
+      if (bf16) {
+        for (int d = 0; d < dim; ++d) k[j * dim + d] = bf16_to_float(pv.k16[j * dim + d]);
+      }
     }
+    out.k.push_back(k);
+    out.v.push_back(v);
   }
+  return out;
 }
 
 // Scores of one query row against the cached keys and the chunk keys 0..t, penalised and masked
@@ -274,20 +344,28 @@ void record_mass(const float* s, int t0, int rows, size_t ld, const CachedKeys& 
 
 }  // namespace
 
-float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                       const CachedKeys& keys, float* out) {
+template <typename K>
+float decode_typed(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                   const CachedKeys& keys, float* out) {
   switch (head_dim) {
     case 16:
-      return decode_impl<16>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<16, K>(q, phi, own, pen, head_dim, keys, out);
     case 32:
-      return decode_impl<32>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<32, K>(q, phi, own, pen, head_dim, keys, out);
     case 64:
-      return decode_impl<64>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<64, K>(q, phi, own, pen, head_dim, keys, out);
     case 128:
-      return decode_impl<128>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<128, K>(q, phi, own, pen, head_dim, keys, out);
     default:
-      return decode_impl<0>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<0, K>(q, phi, own, pen, head_dim, keys, out);
   }
+}
+
+float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                       const CachedKeys& keys, float* out) {
+  const bool bf16 = !keys.pages.empty() && keys.pages[0].k16 != nullptr;
+  return bf16 ? decode_typed<uint16_t>(q, phi, own, pen, head_dim, keys, out)
+              : decode_typed<float>(q, phi, own, pen, head_dim, keys, out);
 }
 
 // Blocks of query rows: scores and the weighted values are matrix products (per page of cached
@@ -300,7 +378,7 @@ void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& k
   const size_t ld = n_old + c.n;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   float* s = scratch(kRows * ld);
-  clear_free_values(keys, dim);
+  const FloatPages pages = float_pages(keys, dim);
   std::fill(chunk_acc, chunk_acc + c.n, 0.0f);
   float prefix_min = kInf;
   for (int t0 = 0; t0 < c.n; t0 += kRows) {
@@ -309,7 +387,7 @@ void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& k
     float* o = out + t0 * c.stride;
     for (size_t p = 0; p < keys.pages.size(); ++p) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ps, dim, scale, q, c.stride,
-                  keys.pages[p].k, dim, 0.0f, s + p * ps, ld);
+                  pages.k[p], dim, 0.0f, s + p * ps, ld);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, visible, dim, scale, q, c.stride,
                 c.k, c.stride, 0.0f, s + n_old, ld);
@@ -320,7 +398,7 @@ void prefill_attention(const Chunk& c, Penalty pen, int dim, const CachedKeys& k
     }
     for (size_t p = 0; p < keys.pages.size(); ++p) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, ps, 1.0f, s + p * ps, ld,
-                  keys.pages[p].v, dim, p == 0 ? 0.0f : 1.0f, o, c.stride);
+                  pages.v[p], dim, p == 0 ? 0.0f : 1.0f, o, c.stride);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, visible, 1.0f, s + n_old, ld,
                 c.v, c.stride, keys.pages.empty() ? 0.0f : 1.0f, o, c.stride);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/parallel.h"
+#include "model/bf16.h"
 
 namespace fpa::cpu {
 namespace {
@@ -14,13 +15,6 @@ namespace {
 constexpr int kLanes = 32;  // bf16 values in one 512-bit register
 
 int padded(int cols) { return (cols + kLanes - 1) / kLanes * kLanes; }
-
-// Round to nearest even, as the hardware conversion does; NaN stays NaN.
-uint16_t round_to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 // The AVX-512 code is compiled for its target whatever -march says, and runs only where
 // cpu_has_bf16(). Registers are reinterpreted with GCC vector casts: std::bit_cast would be a

@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/policy.h"
+#include "model/bf16.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -212,8 +213,9 @@ TEST(Storage, SizesAndDeviceOnlyMode) {
   auto half = KvCache::create(bf16, 10, /*host_storage=*/false);
   ASSERT_TRUE(half.ok()) << half.status();
   EXPECT_EQ((*half)->stats().bytes_per_key, 2 * 64 * 2 + 12);
-  EXPECT_EQ(KvCache::create(bf16, 10, /*host_storage=*/true).status().code(),
-            absl::StatusCode::kInvalidArgument);  // host pages hold float32
+  auto host_half = KvCache::create(bf16, 10, /*host_storage=*/true);
+  ASSERT_TRUE(host_half.ok()) << host_half.status();
+  EXPECT_EQ((*host_half)->stats().bytes_per_key, 2 * 64 * 2 + 16);
 }
 
 // A device backend keeps k and v itself, addressed by (page, slot): following the SlotRefs that
@@ -266,6 +268,52 @@ TEST(Storage, HostPagesAreAlignedStructureOfArrays) {
   EXPECT_TRUE(std::equal(v.begin(), v.end(), view.v + ref->slot * 8));
   EXPECT_EQ(view.m[ref->slot], 7.0f);
   EXPECT_EQ(view.acc[ref->slot], 0.0f);
+}
+
+// bf16 host pages: k and v rounded to nearest even as they go in, half the bytes a key holds
+// (lvl, m, acc and pos stay float32 / int32), and a fork copies them bit for bit.
+TEST(Storage, Bf16HostPagesRoundAndHalveTheBytes) {
+  const CacheShape f32{.n_layers = 1, .n_heads = 1, .head_dim = 8, .page_slots = 16};
+  CacheShape bf16 = f32;
+  bf16.kv_bytes = 2;
+  EXPECT_EQ(KvCache::bytes_per_key(f32, true), 2 * 8 * 4 + 16);
+  EXPECT_EQ(KvCache::bytes_per_key(bf16, true), 2 * 8 * 2 + 16);
+  auto cache = testing::make_cache(bf16, 3);
+  const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
+  std::vector<float> k(8), v(8);
+  for (int i = 0; i < 8; ++i) k[i] = 1.0f + 1.0f / 3.0f * float(i), v[i] = -k[i];
+  const auto ref = cache->insert(seq, 0, 0, 0, 1.0f, k.data(), v.data());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const PageView view = cache->page(ref->page);
+  EXPECT_EQ(view.k, nullptr);
+  ASSERT_NE(view.k16, nullptr);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(view.k16[ref->slot * 8 + i], round_to_bf16(k[i])) << i;
+    EXPECT_EQ(view.v16[ref->slot * 8 + i], round_to_bf16(v[i])) << i;
+    if (i % 3 != 0) {
+      EXPECT_NE(bf16_to_float(view.k16[ref->slot * 8 + i]), k[i]) << "not rounded";
+    }
+  }
+  EXPECT_EQ(cache->stats().bytes_held(), 16 * (2 * 8 * 2 + 16));
+  const auto copy = cache->fork(seq);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const auto pages = cache->pages(*copy, 0, 0);
+  ASSERT_EQ(pages.size(), 1u);
+  const PageView forked = cache->page(pages[0]);
+  const int slot = std::find(forked.pos, forked.pos + 16, 0) - forked.pos;
+  ASSERT_LT(slot, 16);
+  EXPECT_TRUE(
+      std::equal(forked.k16 + slot * 8, forked.k16 + slot * 8 + 8, view.k16 + ref->slot * 8));
+  EXPECT_TRUE(
+      std::equal(forked.v16 + slot * 8, forked.v16 + slot * 8 + 8, view.v16 + ref->slot * 8));
+}
+
+TEST(Storage, RejectsOtherElementSizes) {
+  CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 8, .page_slots = 16};
+  shape.kv_bytes = 3;
+  const auto cache = KvCache::create(shape, 4);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("kv_bytes"), std::string::npos) << cache.status();
 }
 
 TEST(Policies, ParseNameAndValidate) {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/bf16.h"
 
 namespace fpa::cpu {
 namespace {
@@ -161,6 +162,7 @@ struct Pages {
   int slots, dim;
   std::vector<float> k, v, lvl, m, acc;
   std::vector<int32_t> pos;
+  std::vector<uint16_t> k16, v16;  // bf16 pages (as_bf16)
   std::vector<cache::PageView> views;
   Pages(int pages, int slots, int dim)
       : slots(slots),
@@ -171,10 +173,31 @@ struct Pages {
         m(lvl.size(), kInf),
         acc(lvl.size()),
         pos(lvl.size(), -1) {
-    for (int p = 0; p < pages; ++p) {
-      const int s = p * slots;
-      views.push_back({&k[s * dim], &v[s * dim], &lvl[s], &m[s], &acc[s], &pos[s]});
+    make_views();
+  }
+  Pages(const Pages& o) : Pages(o.pos.size() / o.slots, o.slots, o.dim) {
+    k = o.k, v = o.v, lvl = o.lvl, m = o.m, acc = o.acc, pos = o.pos;
+  }
+  void make_views() {
+    views.clear();
+    for (size_t s = 0; s < pos.size(); s += slots) {
+      cache::PageView view{&k[s * dim], &v[s * dim], &lvl[s], &m[s], &acc[s], &pos[s]};
+      if (!k16.empty())
+        view.k = view.v = nullptr, view.k16 = &k16[s * dim], view.v16 = &v16[s * dim];
+      views.push_back(view);
     }
+  }
+  // k and v rounded to bf16 in place; with `pages`, the views become bf16 pages of them.
+  void round_to_bf16(bool pages) {
+    for (std::vector<float>* x : {&k, &v}) {
+      for (float& f : *x) f = bf16_to_float(fpa::round_to_bf16(f));
+    }
+    if (pages) {
+      k16.resize(k.size()), v16.resize(v.size());
+      fpa::to_bf16(k.data(), k.size(), k16.data());
+      fpa::to_bf16(v.data(), v.size(), v16.data());
+    }
+    make_views();
   }
   void put(int at, int32_t position, const float* kk, const float* vv, float level, float mm) {
     std::copy_n(kk, dim, &k[at * dim]);
@@ -385,6 +408,38 @@ TEST_P(PrefillTest, ChunkMatchesTheDefinition) {
   }
   for (float a : acc) mass += a;
   EXPECT_NEAR(mass, n, 1e-4);  // every query hands out probability 1
+}
+
+// bf16 pages hold what float32 pages of the same (bf16-exact) values hold: decode and prefill
+// give the same bits, and leave the same minima and masses, whatever the head size (8: the
+// generic kernel; 16, 64: the vectorised ones).
+TEST(Bf16Pages, AttendExactlyAsFloatPagesOfTheirValues) {
+  for (int dim : {8, 16, 64}) {
+    const int n = 13, stride = dim;
+    const std::vector<float> k = randn(n * dim, 31), v = randn(n * dim, 32), q = randn(dim, 33);
+    const std::vector<float> lvl = randn(n, 34), phi = randn(4, 35), cl = randn(4, 36);
+    Pages f32(4, 4, dim);
+    for (int j = 0; j < n; ++j) f32.put(j + j / 5, j, &k[j * dim], &v[j * dim], lvl[j], 0.1f * j);
+    f32.round_to_bf16(false);
+    Pages b16 = f32;
+    b16.round_to_bf16(true);
+    const OwnKey own{&k[0], &v[0]};
+    const CachedKeys mass{f32.views, f32.slots, {.mode = cache::MassRule::Mode::kAdd}};
+    const CachedKeys mass16{b16.views, b16.slots, {.mode = cache::MassRule::Mode::kAdd}};
+    std::vector<float> a(dim), b(dim);
+    EXPECT_EQ(decode_attention(q.data(), -0.2f, own, Penalty{1.3f}, dim, mass, a.data()),
+              decode_attention(q.data(), -0.2f, own, Penalty{1.3f}, dim, mass16, b.data()));
+    EXPECT_EQ(a, b) << "decode, dim " << dim;
+    const std::vector<float> cq = randn(4 * stride, 37), ck = randn(4 * stride, 38);
+    const Chunk chunk{cq.data(), ck.data(), ck.data(), stride, phi.data(), cl.data(), 4};
+    std::vector<float> pa(4 * stride), pb(4 * stride), acc_a(4), acc_b(4);
+    prefill_attention(chunk, Penalty{0.7f, 3.0f}, dim, mass, pa.data(), acc_a.data());
+    prefill_attention(chunk, Penalty{0.7f, 3.0f}, dim, mass16, pb.data(), acc_b.data());
+    EXPECT_EQ(pa, pb) << "prefill, dim " << dim;
+    EXPECT_EQ(acc_a, acc_b);
+    EXPECT_EQ(f32.m, b16.m);
+    EXPECT_EQ(f32.acc, b16.acc);
+  }
 }
 
 TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {

@@ -226,6 +226,27 @@ TEST_P(ParityTest, Bf16WeightsStayWithinTolerance) {
             << " (fpa eviction)\n";
 }
 
+// bf16 KV cache pages (lvl and m stay float32, so eviction decisions move only through the
+// rounded keys' effect on later layers): the same bounds as bf16 weights, for the same reason
+// (2^-8 relative rounding of what the products read), and the decode path (one token at a time
+// over the cached keys) as well as the chunked one.
+TEST_P(ParityTest, Bf16KvCacheStaysWithinTolerance) {
+  const ModelConfig& c = model_->config();
+  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, 2}, 4096);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  cache_ = *std::move(cache);
+  auto backend = make_cpu_backend(*model_, *cache_, 2);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  backend_ = *std::move(backend);
+  const double full = rel_error(run_chunks(start(cache::Policy::kNone), 5), f32("logits"));
+  const double evict = rel_error(run_chunks(start(cache::Policy::kFpa), 1), f32("evict_logits"));
+  EXPECT_LE(full, 2e-2);
+  EXPECT_LE(evict, 5e-2);
+  EXPECT_GT(full, 0.0) << "bf16 rounding should show";
+  std::cout << GetParam() << ": bf16 KV cache, relative error " << full << " (full cache), "
+            << evict << " (fpa eviction, decode)\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(Vectors, ParityTest,
                          ::testing::Values("fpa_free", "fpa_tied", "fox", "softmax", "shipped",
                                            "long"));

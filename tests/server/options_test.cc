@@ -44,6 +44,8 @@ TEST(ParseOptions, BothValueForms) {
   EXPECT_EQ(o->backend, "cpu");
   EXPECT_EQ(o->cpu_weights, "f32");
   EXPECT_EQ(parse({"--model", "m", "--cpu-weights=bf16"})->cpu_weights, "bf16");
+  EXPECT_EQ(o->kv_dtype, "f32");
+  EXPECT_EQ(parse({"--model", "m", "--kv-dtype=bf16"})->kv_dtype, "bf16");
 }
 
 TEST(ParseOptions, ErrorsNameTheFlag) {
@@ -59,6 +61,7 @@ TEST(ParseOptions, ErrorsNameTheFlag) {
                                          {{"--handshake-timeout-seconds=0"}, "--handshake"},
                                          {{"--backend", "tpu"}, "--backend"},
                                          {{"--cpu-weights", "fp8"}, "--cpu-weights"},
+                                         {{"--kv-dtype", "fp16"}, "--kv-dtype"},
                                          {{"--no-such-flag", "1"}, "--no-such-flag"},
                                          {{"--model"}, "--model"},
                                          {{"stray"}, "stray"}}) {

@@ -160,6 +160,24 @@ def test_bf16_weights(server, make_server):
     assert agree >= 4, (ours, f32)
 
 
+def test_bf16_kv_cache(server, make_server):
+    """--kv-dtype bf16 stores keys and values in half the bytes (the usage report and the metrics
+    count the real storage: 2*head_dim*2 + 16 bytes a key against 2*head_dim*4 + 16) and greedy
+    decoding mostly agrees with float32 pages."""
+    s = make_server("--kv-dtype", "bf16")
+    prompt = "The pass key is 4821. Remember it. " * 3
+    ours = s.client.generate(prompt, max_new_tokens=24, ignore_eos=True, eviction_policy="none")
+    f32 = server.client.generate(prompt, max_new_tokens=24, ignore_eos=True,
+                                 eviction_policy="none")
+    d = s.client.model_info().head_dim
+    ratio = ours.usage.cache_bytes_full / f32.usage.cache_bytes_full
+    assert ratio == pytest.approx((4 * d + 16) / (8 * d + 16))
+    assert ours.usage.cache_bytes_held < f32.usage.cache_bytes_held
+    agree = next((i for i, (a, b) in enumerate(zip(ours.token_ids, f32.token_ids)) if a != b),
+                 len(ours.token_ids))
+    assert agree >= 4, (list(ours.token_ids), list(f32.token_ids))
+
+
 def test_health(server):
     assert server.client.health("") == "SERVING"
     assert server.client.health("fpa.v1.FpaService") == "SERVING"
