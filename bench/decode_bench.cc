@@ -32,6 +32,7 @@ ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(float, tau, 0.0f, "eviction threshold (0 = the model's)");
 ABSL_FLAG(int, prefill_chunk, 256, "prompt tokens per prefill step");
 ABSL_FLAG(std::string, cpu_weights, "f32", "f32 | bf16: the CPU backend's projection weights");
+ABSL_FLAG(std::string, kv_dtype, "f32", "f32 | bf16: the KV cache pages' keys and values");
 
 namespace fpa::bench {
 namespace {
@@ -79,7 +80,8 @@ void prefill(ModelRunner& runner, const std::vector<cache::SeqId>& seqs, int con
 nlohmann::json run(const Model& model, const Config& cfg) {
   const ModelConfig& c = model.config();
   const int steps = absl::GetFlag(FLAGS_steps);
-  const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, 16};
+  const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, 16,
+                                absl::GetFlag(FLAGS_kv_dtype) == "bf16" ? 2 : 4};
   const int64_t pages = static_cast<int64_t>(cfg.batch) * c.n_layers * c.n_heads *
                         ((cfg.context + steps) / shape.page_slots + 2);
   auto cache = cache::KvCache::create(shape, pages);
