@@ -1,5 +1,6 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -41,6 +42,16 @@ std::function<bool(ServeOptions&, absl::string_view)> seconds(double ServeOption
   };
 }
 
+// One of `allowed`.
+std::function<bool(ServeOptions&, absl::string_view)> choice(
+    std::string ServeOptions::*field, std::vector<absl::string_view> allowed) {
+  return [field, allowed](ServeOptions& o, absl::string_view v) {
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) return false;
+    o.*field = std::string(v);
+    return true;
+  };
+}
+
 std::function<bool(ServeOptions&, absl::string_view)> text(std::string ServeOptions::*field) {
   return [field](ServeOptions& o, absl::string_view v) {
     if (v.empty()) return false;
@@ -64,11 +75,7 @@ const std::vector<Flag>& flags() {
        "the model's name in the HTTP API and the metrics' model_name [the --model folder's name]",
        text(&ServeOptions::served_model_name)},
       {"backend", "auto|cpu|cuda", "compute backend; auto = CUDA when a device is present [auto]",
-       [](ServeOptions& o, absl::string_view v) {
-         if (v != "auto" && v != "cpu" && v != "cuda") return false;
-         o.backend = std::string(v);
-         return true;
-       }},
+       choice(&ServeOptions::backend, {"auto", "cpu", "cuda"})},
       {"cache-bytes", "N", "KV page pool size in bytes [268435456]",
        integer(&ServeOptions::cache_bytes, int64_t{1})},
       {"cache-pages", "N", "KV page pool size in pages (overrides --cache-bytes)",
@@ -116,19 +123,11 @@ const std::vector<Flag>& flags() {
       {"cpu-weights", "f32|bf16",
        "CPU backend projection weights; bf16 halves the bytes a step reads (needs AVX512-BF16) "
        "[f32]",
-       [](ServeOptions& o, absl::string_view v) {
-         if (v != "f32" && v != "bf16") return false;
-         o.cpu_weights = std::string(v);
-         return true;
-       }},
+       choice(&ServeOptions::cpu_weights, {"f32", "bf16"})},
       {"kv-dtype", "f32|bf16",
        "CPU backend KV cache pages: bf16 halves the bytes a key holds and decode reads (lvl and m "
        "stay float32); the CUDA pool is bf16 either way [f32]",
-       [](ServeOptions& o, absl::string_view v) {
-         if (v != "f32" && v != "bf16") return false;
-         o.kv_dtype = std::string(v);
-         return true;
-       }},
+       choice(&ServeOptions::kv_dtype, {"f32", "bf16"})},
       {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
        seconds(&ServeOptions::drain_seconds, 0)},
       {"max-connections", "N", "gRPC connections; more are closed at once [1024]",

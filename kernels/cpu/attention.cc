@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "model/bf16.h"
@@ -188,18 +189,12 @@ class QueryRow<0> {
 // a key's k and v are read once, together; an excluded key's value is not read at all.
 // The key and value rows of a page in its storage's type.
 template <typename K>
-const K* key_rows(const cache::PageView& pv) {
-  if constexpr (std::is_same_v<K, float>)
-    return pv.k;
-  else
-    return pv.k16;
-}
-template <typename K>
-const K* value_rows(const cache::PageView& pv) {
-  if constexpr (std::is_same_v<K, float>)
-    return pv.v;
-  else
-    return pv.v16;
+std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
+  if constexpr (std::is_same_v<K, float>) {
+    return {pv.k, pv.v};
+  } else {
+    return {pv.k16, pv.v16};
+  }
 }
 
 template <int D, typename K>
@@ -218,8 +213,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   double z = 1.0;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
-    const K* k_rows = key_rows<K>(pv);
-    const K* v_rows = value_rows<K>(pv);
+    const auto [k_rows, v_rows] = kv_rows<K>(pv);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
       alignas(64) float sc[16];
