@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <mutex>
 
@@ -144,6 +145,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::Gemm gemm_;
   cuda::DeviceWeights weights_;
   cuda::StepGraph graph_;
+  bool graphs_ = options_.graphs;  // false for good once a capture failed
   DeviceBuffer pool_memory_;
   cuda::PoolView pool_;
   std::mutex mu_;
@@ -318,12 +320,17 @@ absl::Status CudaBackendImpl::forward_decode(std::span<const ForwardItem> items,
   for (int l = 0; l < layers; ++l)
     FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, in.max_count[l]));
   auto launches = [&] { return decode_launches(in, layout, n_items); };
-  // FPA_CUDA_SYNC waits after every launch, which a capture cannot hold.
-  if (options_.graphs && !cuda::sync_launches()) {
-    FPA_RETURN_IF_ERROR(graph_.run(stream_, launches));
-  } else {
-    FPA_RETURN_IF_ERROR(launches());
+  // FPA_CUDA_SYNC waits after every launch, which a capture cannot hold. A capture that fails
+  // (a driver or library that cannot capture what the step enqueues) ran nothing: the step runs
+  // launch by launch instead, and so do the later ones.
+  absl::Status graph = absl::UnavailableError("graphs off");
+  if (graphs_ && !cuda::sync_launches()) graph = graph_.run(stream_, launches);
+  if (graphs_ && !graph.ok() && !cuda::sync_launches()) {
+    std::cerr << "fpa-serve: CUDA graph capture failed (" << graph.message()
+              << "); decode steps run launch by launch\n";
+    graphs_ = false;
   }
+  if (!graph.ok()) FPA_RETURN_IF_ERROR(launches());
   // The field of every layer and the retired counts come back with the logits.
   const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;
   float* host = s_.field_host.as<float>();
