@@ -164,7 +164,7 @@ def run_ours(bench: str, model_dir: str, batch: int, context: int, evict: bool, 
     out = sh([bench, f"--model={model_dir}", f"--batch={batch}", f"--context={context}",
               f"--evict={'on' if evict else 'off'}", f"--steps={a.steps}",
               f"--windows={a.windows}", f"--threads={a.threads}", "--prefill_chunk=512",
-              f"--cpu_weights={a.ours_weights}"])
+              f"--cpu_weights={a.ours_weights}", f"--kv_dtype={a.ours_kv}"])
     return json.loads(out.splitlines()[-1])
 
 
@@ -203,11 +203,10 @@ def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: 
     return out
 
 
-BYTES = {  # side: (weight bytes, cache bytes, prefill dtype); ours as --ours-weights says
+BYTES = {  # side: (weight bytes, cache bytes, prefill dtype); ours as --ours-weights/-kv say
     "ours softmax": (4, 4, "f32"), "ours fpa": (4, 4, "f32"), "llama f32": (4, 4, "f32"),
     "llama bf16": (2, 2, "bf16"),
 }
-OURS_BF16 = (2, 4, "bf16")  # bf16 projection weights, float32 cache
 
 
 def best(old: dict | None, new: dict) -> dict:
@@ -243,7 +242,7 @@ SIDES = ("ours softmax", "ours fpa", "llama f32", "llama bf16")
 
 
 def table(rows: list[dict], a) -> list[str]:
-    w = a.ours_weights
+    w = f"{a.ours_weights} weights, {a.ours_kv} cache"
     head = (f"| shape | case | fpa-serve softmax ({w}) | fpa-serve FPA ({w}; live) | llama.cpp f32 | "
             "llama.cpp bf16 | softmax / llama f32 | softmax / llama fastest | "
             "FPA / llama fastest | limit: softmax / FPA / llama f32 / llama bf16 |")
@@ -283,9 +282,12 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="skip the logits check")
     ap.add_argument("--ours-weights", choices=("f32", "bf16"), default="f32",
                     help="fpa-serve's CPU projection weights (--cpu_weights of the bench)")
+    ap.add_argument("--ours-kv", choices=("f32", "bf16"), default="f32",
+                    help="fpa-serve's KV cache pages (--kv_dtype of the bench)")
     a = ap.parse_args()
-    if a.ours_weights == "bf16":
-        BYTES.update({"ours softmax": OURS_BF16, "ours fpa": OURS_BF16})
+    ours = (2 if a.ours_weights == "bf16" else 4, 2 if a.ours_kv == "bf16" else 4,
+            a.ours_weights)
+    BYTES.update({"ours softmax": ours, "ours fpa": ours})
     a.bench = find_bench(a.bench)
     if not shutil.which("npm") or not shutil.which("g++"):
         sys.exit("needs npm and g++")
