@@ -17,6 +17,9 @@ inline uint16_t round_to_bf16(float f) {
 
 inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
 
+// f as a bf16 would hold it, back in float32.
+inline float through_bf16(float f) { return bf16_to_float(round_to_bf16(f)); }
+
 inline void to_bf16(const float* x, size_t n, uint16_t* out) {
   for (size_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
 }

@@ -317,15 +317,16 @@ absl::Status CudaBackendImpl::forward_decode(std::span<const ForwardItem> items,
   FPA_RETURN_IF_ERROR(upload_layout(layout));
   const cuda::KernelInputs in = cuda::kernel_inputs(items, betas_, cache_);
   FPA_RETURN_IF_ERROR(upload_kernel_inputs(in));
-  for (int l = 0; l < layers; ++l)
-    FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, in.max_count[l]));
+  // Splits grow with the page lists, so the longest list of any layer sizes the scratch for all.
+  FPA_RETURN_IF_ERROR(reserve_partial(layout.rows, in.tables.max_count));
   auto launches = [&] { return decode_launches(in, layout, n_items); };
   // FPA_CUDA_SYNC waits after every launch, which a capture cannot hold. A capture that fails
   // (a driver or library that cannot capture what the step enqueues) ran nothing: the step runs
   // launch by launch instead, and so do the later ones.
-  absl::Status graph = absl::UnavailableError("graphs off");
-  if (graphs_ && !cuda::sync_launches()) graph = graph_.run(stream_, launches);
-  if (graphs_ && !graph.ok() && !cuda::sync_launches()) {
+  const bool capture = graphs_ && !cuda::sync_launches();
+  const absl::Status graph =
+      capture ? graph_.run(stream_, launches) : absl::UnavailableError("not captured");
+  if (capture && !graph.ok()) {
     std::cerr << "fpa-serve: CUDA graph capture failed (" << graph.message()
               << "); decode steps run launch by launch\n";
     graphs_ = false;

@@ -190,7 +190,7 @@ struct Pages {
   // k and v rounded to bf16 in place; with `pages`, the views become bf16 pages of them.
   void round_to_bf16(bool pages) {
     for (std::vector<float>* x : {&k, &v}) {
-      for (float& f : *x) f = bf16_to_float(fpa::round_to_bf16(f));
+      for (float& f : *x) f = through_bf16(f);
     }
     if (pages) {
       k16.resize(k.size()), v16.resize(v.size());

@@ -46,8 +46,14 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
     const TensorView tok = *case_->get("tokens");
     tokens_.resize(tok.numel());
     std::memcpy(tokens_.data(), tok.bytes.data(), tok.bytes.size());
+    make_cpu(4);
+  }
+
+  // A fresh cache whose keys and values take `kv_bytes` (4: float32, 2: bf16), and the CPU
+  // backend on it.
+  void make_cpu(int kv_bytes) {
     const ModelConfig& c = model_->config();
-    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16}, 4096);
+    auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, kv_bytes}, 4096);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
     auto backend = make_cpu_backend(*model_, *cache_, 2);
@@ -231,13 +237,8 @@ TEST_P(ParityTest, Bf16WeightsStayWithinTolerance) {
 // (2^-8 relative rounding of what the products read), and the decode path (one token at a time
 // over the cached keys) as well as the chunked one.
 TEST_P(ParityTest, Bf16KvCacheStaysWithinTolerance) {
-  const ModelConfig& c = model_->config();
-  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 16, 2}, 4096);
-  ASSERT_TRUE(cache.ok()) << cache.status();
-  cache_ = *std::move(cache);
-  auto backend = make_cpu_backend(*model_, *cache_, 2);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  backend_ = *std::move(backend);
+  make_cpu(2);
+  ASSERT_FALSE(HasFatalFailure());
   const double full = rel_error(run_chunks(start(cache::Policy::kNone), 5), f32("logits"));
   const double evict = rel_error(run_chunks(start(cache::Policy::kFpa), 1), f32("evict_logits"));
   EXPECT_LE(full, 2e-2);

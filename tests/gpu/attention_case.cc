@@ -1,7 +1,6 @@
 #include "tests/gpu/attention_case.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -10,19 +9,13 @@
 
 #include "cache/kv_cache.h"
 #include "kernels/cpu/attention.h"
+#include "model/bf16.h"
 
 namespace fpa::gpu_test {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Round to nearest even, as __float2bfloat16 does, so the host holds exactly the device's values.
-float round_to_bf16(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  return std::bit_cast<float>(rounded);
-}
 
 int listed_pages(int spec) { return spec == kAllFreePage ? 1 : spec; }
 
@@ -48,8 +41,9 @@ void fill_cached_key(AttentionCase& c, size_t slot, int32_t pos, float thr, Fill
     c.k[slot * hd + d] = f.normal();
     c.v[slot * hd + d] = f.normal();
     if (c.bf16) {
-      c.k[slot * hd + d] = round_to_bf16(c.k[slot * hd + d]);
-      c.v[slot * hd + d] = round_to_bf16(c.v[slot * hd + d]);
+      // Rounded to nearest even, as __float2bfloat16 does: the host holds the device's values.
+      c.k[slot * hd + d] = through_bf16(c.k[slot * hd + d]);
+      c.v[slot * hd + d] = through_bf16(c.v[slot * hd + d]);
     }
   }
   c.pos[slot] = pos;

@@ -16,6 +16,7 @@
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/step_plan.h"
+#include "model/bf16.h"
 #include "tests/engine/parity_util.h"
 #include "tests/gpu/attention_case.h"
 
@@ -75,7 +76,7 @@ std::vector<T> download(const DeviceBuffer& buf, size_t count) {
 // bf16 keys and values as the pool stores them (the host values are already bf16-exact).
 std::vector<uint16_t> bf16_bits(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = std::bit_cast<uint32_t>(x[i]) >> 16;
+  to_bf16(x.data(), x.size(), out.data());
   return out;
 }
 
