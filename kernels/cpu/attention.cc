@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/lanes.h"
 #include "model/bf16.h"
 
 namespace fpa::cpu {
@@ -50,12 +51,18 @@ void softmax(float* s, size_t n) {
   float mx = -kInf;
   for (size_t i = 0; i < n; ++i) mx = std::max(mx, s[i]);
   double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const Lanes e = exp_lanes(load(s + i) - mx);
+    store(s + i, e);
+    sum += hsum(e);
+  }
+  for (; i < n; ++i) {
     s[i] = exp_nonpositive(s[i] - mx);
     sum += s[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (size_t i = 0; i < n; ++i) s[i] *= inv;
+  for (i = 0; i < n; ++i) s[i] *= inv;
 }
 
 // Per-thread score buffer.
@@ -63,38 +70,6 @@ float* scratch(size_t n) {
   thread_local std::vector<float> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
-}
-
-// 16 floats as a GCC vector: lowered to what the target has (AVX-512, AVX2, SSE), and kept in
-// registers where a float array would be spilled.
-typedef float Lanes __attribute__((vector_size(64)));
-
-[[gnu::always_inline]] inline Lanes load(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// 16 bf16 values widened to float32 (a bf16 is the upper half of a float's bits).
-[[gnu::always_inline]] inline Lanes load(const uint16_t* p) {
-  typedef uint16_t Halves __attribute__((vector_size(32)));
-  typedef uint32_t Words __attribute__((vector_size(64)));
-  Halves h;
-  std::memcpy(&h, p, sizeof h);
-  const Words w = __builtin_convertvector(h, Words) << 16;
-  Lanes v;
-  std::memcpy(&v, &w, sizeof v);
-  return v;
-}
-
-[[gnu::always_inline]] inline float hsum(Lanes v) {
-  typedef float Half __attribute__((vector_size(32)));
-  typedef float Quarter __attribute__((vector_size(16)));
-  const Half h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Quarter q =
-      __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (q[0] + q[1]) + (q[2] + q[3]);
 }
 
 // A query against keys (dot products) and its weighted sum of values. D > 0 (a multiple of 16):
@@ -160,28 +135,6 @@ class QueryRow<0> {
   std::vector<float> row_;
   mutable std::vector<float> wide_ = std::vector<float>(dim_);
 };
-
-// exp of 16 lanes at once (Cephes' expf polynomial, within 2 ulp), with exp_nonpositive's cut:
-// lanes below -80, -inf among them, give 0. A libm call per key would also spill the query and
-// output registers around every call.
-[[gnu::always_inline]] inline Lanes exp_lanes(Lanes x) {
-  typedef int32_t Ints __attribute__((vector_size(64)));
-  const Lanes zero = Lanes{} + 0.0f;
-  const Lanes c = x < -80.0f ? zero - 80.0f : x;
-  // 2^n * exp(r), n = round(x / ln 2): the magic constant rounds to the nearest integer.
-  const Lanes n = (c * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const Lanes r = c - n * 0.693359375f + n * 2.12194440e-4f;
-  Lanes p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
-  Lanes scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -80.0f ? zero : p * scale;
-}
 
 // A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
 // the query and output row stay in registers across keys; D = 0 takes any size. One pass over

@@ -76,10 +76,10 @@ class CpuBackend : public Backend {
 void CpuBackend::round_weights() {
   for (const LayerWeights& w : model_.layers()) {
     for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
-      bf16_.emplace(m->data, cpu::to_bf16(*m));
+      bf16_.emplace(m->data, cpu::Bf16Matrix(*m));
     }
   }
-  bf16_.emplace(model_.lm_head().data, cpu::to_bf16(model_.lm_head()));
+  bf16_.emplace(model_.lm_head().data, cpu::Bf16Matrix(model_.lm_head()));
 }
 
 void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool accumulate) {
@@ -185,10 +185,9 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
     for (size_t i = 0; i < b.items.size(); ++i) {
       for (int t = 0; t < b.len(i); ++t) {
         const long row = static_cast<long>(b.offset[i] + t) * width();
-        for (int h = 0; h < nh; ++h) {
-          cpu::rope(q_.data() + row + h * hd, hd, b.items[i].start_pos + t, c_.rope_theta);
-          cpu::rope(k_.data() + row + h * hd, hd, b.items[i].start_pos + t, c_.rope_theta);
-        }
+        const int pos = b.items[i].start_pos + t;
+        cpu::rope(q_.data() + row, nh, hd, hd, pos, c_.rope_theta);
+        cpu::rope(k_.data() + row, nh, hd, hd, pos, c_.rope_theta);
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/parallel.h"
 
 namespace fpa::cpu {
@@ -38,13 +39,15 @@ void rmsnorm(const float* x, int n, std::span<const float> weight, float eps, fl
 }
 
 void swiglu(float* gate, const float* up, long count) {
-  for (long i = 0; i < count; ++i) {
+  long i = 0;
+  for (; i + 16 <= count; i += 16) store(gate + i, silu_lanes(load(gate + i)) * load(up + i));
+  for (; i < count; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void rope(float* x, int dim, int pos, float theta) {
+void rope(float* x, int count, int stride, int dim, int pos, float theta) {
   const int half = dim / 2;
   for (int i = 0; i < half; ++i) {
     // float32 angle as the reference computes it: pos * theta^(-2i/dim).
@@ -52,9 +55,12 @@ void rope(float* x, int dim, int pos, float theta) {
         1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
     const float angle = static_cast<float>(pos) * inv_freq;
     const float c = std::cos(angle), s = std::sin(angle);
-    const float a = x[i], b = x[i + half];
-    x[i] = a * c - b * s;
-    x[i + half] = b * c + a * s;
+    for (int h = 0; h < count; ++h) {
+      float* v = x + static_cast<long>(h) * stride;
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c - b * s;
+      v[i + half] = b * c + a * s;
+    }
   }
 }
 

@@ -20,8 +20,9 @@ void rmsnorm(const float* x, int n, std::span<const float> weight, float eps, fl
 // gate = silu(gate) * up, elementwise over `count` values.
 void swiglu(float* gate, const float* up, long count);
 
-// Rotate-half RoPE of one head vector at position `pos` (GPT-NeoX pairing (i, i + dim/2)).
-void rope(float* x, int dim, int pos, float theta);
+// Rotate-half RoPE (GPT-NeoX pairing (i, i + dim/2)) at position `pos` of `count` head vectors
+// of `dim` floats, `stride` floats apart: a token's heads share the angles, computed once.
+void rope(float* x, int count, int stride, int dim, int pos, float theta);
 
 // log(sigmoid(x)) without overflow, as torch.nn.functional.logsigmoid.
 float log_sigmoid(float x);

@@ -60,16 +60,17 @@ std::vector<float> bf16_exact(std::vector<float> v) {
 }
 
 // Inputs that bf16 holds exactly give the float32 products up to the order of the sums; token
-// counts 1 to 9 and 40 take every token tile, 1030 rows a row tail, 200 columns a padded chunk.
+// counts 1 to 9, 40 and 300 take oneDNN's kernels for small and large products, 1030 rows a
+// block tail, 200 columns a padded activation row.
 TEST(Ops, LinearBf16MatchesTheDefinitionOnBf16Values) {
   if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  for (int n : {1, 2, 3, 4, 5, 9, 40}) {
+  const int in = 200, out = 1030;
+  const std::vector<float> w = bf16_exact(randn(out * in, 2));
+  const Bf16Matrix wb(Matrix{w.data(), out, in});
+  for (int n : {1, 2, 3, 4, 5, 9, 40, 300}) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      const int in = 200, out = 1030;
-      const std::vector<float> x = bf16_exact(randn(n * in, 1)), w = bf16_exact(randn(out * in, 2));
-      const Bf16Matrix wb = to_bf16(Matrix{w.data(), out, in});
-      ASSERT_EQ(wb.stride, 224);
+      const std::vector<float> x = bf16_exact(randn(n * in, 1));
       std::vector<float> y(n * out, 1.0f);
       linear_bf16(x.data(), n, wb, y.data(), &pool, /*accumulate=*/true);
       for (int t = 0; t < n; ++t) {
@@ -89,7 +90,7 @@ TEST(Ops, LinearBf16RoundsWithinBf16Precision) {
   const int n = 3, in = 96, out = 70;
   const std::vector<float> x = randn(n * in, 5), w = randn(out * in, 6);
   std::vector<float> y(n * out);
-  linear_bf16(x.data(), n, to_bf16(Matrix{w.data(), out, in}), y.data(), nullptr);
+  linear_bf16(x.data(), n, Bf16Matrix(Matrix{w.data(), out, in}), y.data(), nullptr);
   for (int t = 0; t < n; ++t) {
     for (int o = 0; o < out; ++o) {
       double ref = 0, bound = 0;
@@ -121,19 +122,47 @@ TEST(Ops, RmsNormAndSwiGlu) {
   EXPECT_NEAR(g[2], -3.0 / (1 + std::exp(-3.0)), 1e-6);
 }
 
+// The vector path (16 at a time) against the definition, over gates from -100 to 100 (where
+// exp(-g) would overflow) and a tail of 7.
+TEST(Ops, SwiGluVectorPathMatchesTheDefinition) {
+  std::vector<float> g(39), u = randn(39, 8);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = -100.0f + 200.0f * static_cast<float>(i) / 38;
+  g[5] = 0.3f, g[6] = -0.7f, g[20] = 8.0f;
+  std::vector<float> out = g;
+  swiglu(out.data(), u.data(), static_cast<long>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double ref = g[i] / (1 + std::exp(-double(g[i]))) * u[i];
+    EXPECT_NEAR(out[i], ref, 1e-6 * std::max(1.0, std::fabs(ref))) << g[i];
+  }
+}
+
+// A token's heads rotated together equal each head rotated alone.
+TEST(Ops, RopeOfSeveralHeadsEqualsEachHeadAlone) {
+  const int heads = 3, dim = 8, stride = 10;
+  const std::vector<float> x0 = randn(heads * stride, 9);
+  std::vector<float> all = x0;
+  rope(all.data(), heads, stride, dim, 77, 10000.0f);
+  for (int h = 0; h < heads; ++h) {
+    std::vector<float> one(x0.begin() + h * stride, x0.begin() + h * stride + dim);
+    rope(one.data(), 1, dim, dim, 77, 10000.0f);
+    for (int i = 0; i < dim; ++i) EXPECT_EQ(all[h * stride + i], one[i]);
+    EXPECT_EQ(all[h * stride + dim], x0[h * stride + dim]);  // outside the head: untouched
+  }
+}
+
 TEST(Ops, RopeIsARelativeRotation) {
   const std::vector<float> q0 = randn(16, 5), k0 = randn(16, 6);
   auto dot_at = [&](int pq, int pk) {
     std::vector<float> q = q0, k = k0;
-    rope(q.data(), 16, pq, 10000.0f);
-    rope(k.data(), 16, pk, 10000.0f);
+    rope(q.data(), 1, 16, 16, pq, 10000.0f);
+    rope(k.data(), 1, 16, 16, pk, 10000.0f);
     double s = 0;
     for (int i = 0; i < 16; ++i) s += double(q[i]) * k[i];
     return s;
   };
   EXPECT_NEAR(dot_at(9, 4), dot_at(105, 100), 1e-4);
   std::vector<float> q = q0;
-  rope(q.data(), 16, 3, 10000.0f);
+  rope(q.data(), 1, 16, 16, 3, 10000.0f);
   // Pair (0, 8) turns by angle 3 (inv_freq 1).
   EXPECT_NEAR(q[0], q0[0] * std::cos(3.0) - q0[8] * std::sin(3.0), 1e-5);
   EXPECT_NEAR(q[8], q0[8] * std::cos(3.0) + q0[0] * std::sin(3.0), 1e-5);
