@@ -55,6 +55,7 @@ class CpuBackend : public Backend {
   void attend(int l, const Batch& b);
   absl::Status update_cache(int l, const Batch& b);
   void mlp_block(const LayerWeights& w, int n);
+  void norm(const float* x, int n, std::span<const float> weight, float* y);
   void write_logits(const Batch& b, std::span<float> logits, bool all);
 
   int width() const { return c_.n_heads * c_.head_dim; }
@@ -67,6 +68,7 @@ class CpuBackend : public Backend {
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
+  std::vector<int> pos_;  // row -> its token's position
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
   // With bf16 weights: each projection's bf16 copy, by the model matrix's data.
@@ -145,8 +147,10 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
   const int n = b.tokens();
   resize(n);
   const Matrix& embed = model_.embed();
+  pos_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     for (int t = 0; t < b.len(i); ++t) {
+      pos_.push_back(items[i].start_pos + t);
       std::copy_n(embed.data + static_cast<long>(items[i].tokens[t]) * c_.d_model, c_.d_model,
                   h_.data() + static_cast<long>(b.offset[i] + t) * c_.d_model);
     }
@@ -165,7 +169,7 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
 
 absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   const LayerWeights& w = model_.layers()[l];
-  cpu::rmsnorm(h_.data(), b.tokens(), w.attn_norm, c_.norm_eps, x_.data());
+  norm(h_.data(), b.tokens(), w.attn_norm, x_.data());
   project(w, b);
   walk_field(l, b);
   gather_pages(l, b);
@@ -182,14 +186,13 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
   linear(x_.data(), n, w.wk, k_.data());
   linear(x_.data(), n, w.wv, v_.data());
   if (c_.rope_theta > 0.0f) {
-    for (size_t i = 0; i < b.items.size(); ++i) {
-      for (int t = 0; t < b.len(i); ++t) {
-        const long row = static_cast<long>(b.offset[i] + t) * width();
-        const int pos = b.items[i].start_pos + t;
-        cpu::rope(q_.data() + row, nh, hd, hd, pos, c_.rope_theta);
-        cpu::rope(k_.data() + row, nh, hd, hd, pos, c_.rope_theta);
+    cpu::for_row_blocks(&pool_, n, 4L * n * width(), [&](int r0, int rows) {
+      for (int r = r0; r < r0 + rows; ++r) {
+        const long row = static_cast<long>(r) * width();
+        cpu::rope(q_.data() + row, nh, hd, hd, pos_[r], c_.rope_theta);
+        cpu::rope(k_.data() + row, nh, hd, hd, pos_[r], c_.rope_theta);
       }
-    }
+    });
   }
   if (c_.attention == AttentionKind::kSoftmax) return;
   cpu::linear(x_.data(), n, w.field_w, d_.data(), nullptr);
@@ -281,11 +284,23 @@ absl::Status CpuBackend::update_cache(int l, const Batch& b) {
 }
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
-  cpu::rmsnorm(h_.data(), n, w.mlp_norm, c_.norm_eps, x_.data());
+  norm(h_.data(), n, w.mlp_norm, x_.data());
   linear(x_.data(), n, w.w_gate, gate_.data());
   linear(x_.data(), n, w.w_up, up_.data());
-  cpu::swiglu(gate_.data(), up_.data(), static_cast<long>(n) * c_.d_ff);
+  cpu::for_row_blocks(&pool_, n, 8L * n * c_.d_ff, [&](int r0, int rows) {
+    const long at = static_cast<long>(r0) * c_.d_ff;
+    cpu::swiglu(gate_.data() + at, up_.data() + at, static_cast<long>(rows) * c_.d_ff);
+  });
   linear(gate_.data(), n, w.w_down, h_.data(), /*accumulate=*/true);
+}
+
+// Row blocks on the pool: a prefill chunk's norms are worth splitting, a decode step's are not.
+void CpuBackend::norm(const float* x, int n, std::span<const float> weight, float* y) {
+  const int d = c_.d_model;
+  cpu::for_row_blocks(&pool_, n, 2L * n * d, [&](int r0, int rows) {
+    const long at = static_cast<long>(r0) * d;
+    cpu::rmsnorm(x + at, rows, weight, c_.norm_eps, y + at);
+  });
 }
 
 void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all) {
@@ -299,7 +314,7 @@ void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all)
   } else {
     x_ = h_;
   }
-  cpu::rmsnorm(x_.data(), rows, model_.final_norm(), c_.norm_eps, x_.data());
+  norm(x_.data(), rows, model_.final_norm(), x_.data());
   linear(x_.data(), rows, model_.lm_head(), logits.data());
 }
 
