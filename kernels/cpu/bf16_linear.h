@@ -25,10 +25,14 @@ class Bf16Matrix {
   int rows() const { return rows_; }
   int cols() const { return cols_; }
   const dnnl::memory& packed() const { return packed_; }
+  // Where oneDNN packed 64 outputs by pairs of inputs (its AVX512-BF16 layout): the start of
+  // each block of 64 outputs, `block` values apart; 0 for any other layout.
+  long block() const { return block_; }
 
  private:
   int rows_, cols_;
   dnnl::memory packed_;
+  long block_ = 0;
 };
 
 // y[n, w.rows()] (+)= x[n, w.cols()] * w^T on the pool's threads (OpenMP's, which oneDNN and the

@@ -68,7 +68,7 @@ class CpuBackend : public Backend {
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
-  std::vector<int> pos_;  // row -> its token's position
+  std::vector<int> pos_;                      // row -> its token's position
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
   // With bf16 weights: each projection's bf16 copy, by the model matrix's data.
