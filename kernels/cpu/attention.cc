@@ -150,6 +150,30 @@ std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
   }
 }
 
+// A stream's pages lie apart in the pool, and the hardware prefetcher starts over at each: the
+// kernel read 12-14 GB/s with 2 threads where it reads 25 from contiguous pages. Asking for the
+// page two ahead, a key's rows per key (a whole page at once overflows the miss buffers and did
+// nothing), brought it to 19-21 GB/s.
+constexpr size_t kPagesAhead = 2;
+
+[[gnu::always_inline]] inline void prefetch_field(const cache::PageView& pv) {
+  __builtin_prefetch(pv.pos);
+  __builtin_prefetch(pv.lvl);
+  __builtin_prefetch(pv.m);
+}
+
+template <typename K>
+[[gnu::always_inline]] inline void prefetch_slot(const cache::PageView& pv, int slot, int dim) {
+  const auto [k, v] = kv_rows<K>(pv);
+  const long row = static_cast<long>(dim) * sizeof(K);
+  const char* kr = reinterpret_cast<const char*>(k) + slot * row;
+  const char* vr = reinterpret_cast<const char*>(v) + slot * row;
+  for (long off = 0; off < row; off += 64) {
+    __builtin_prefetch(kr + off);
+    __builtin_prefetch(vr + off);
+  }
+}
+
 template <int D, typename K>
 float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                   const CachedKeys& keys, float* out) {
@@ -167,12 +191,15 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
+    const cache::PageView& ahead = keys.pages[std::min(p + kPagesAhead, keys.pages.size() - 1)];
+    prefetch_field(ahead);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
       alignas(64) float sc[16];
       float block_max = -kInf;
       for (int j = 0; j < 16; ++j) {
         const int slot = j0 + j;
+        if (j < w) prefetch_slot<K>(ahead, slot, dim);
         if (j >= w || pv.pos[slot] < 0) {
           sc[j] = -kInf;
           continue;

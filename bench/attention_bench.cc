@@ -1,0 +1,93 @@
+// The CPU decode attention kernel alone: one query per stream over its cached pages, every stream
+// of a batch on 2 threads, the pages in a real page table (cache/page_table.h, huge pages) handed
+// to the streams either interleaved, as a batch decoding in step takes them from the pool, or
+// contiguous. Prints the bytes of keys, values and field read per second (fastest of --reps).
+//   build/bench/fpa-attention-bench --streams 256 --keys 512 --kv_dtype bf16
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "cache/page_table.h"
+#include "kernels/cpu/attention.h"
+#include "model/bf16.h"
+
+ABSL_FLAG(int, streams, 256, "streams (sequences x layers' heads of one layer)");
+ABSL_FLAG(int, keys, 512, "cached keys per stream");
+ABSL_FLAG(int, head_dim, 64, "head dimension");
+ABSL_FLAG(int, page_slots, 16, "slots per page");
+ABSL_FLAG(std::string, kv_dtype, "bf16", "f32 | bf16");
+ABSL_FLAG(std::string, layout, "interleaved", "interleaved | contiguous: the streams' pages");
+ABSL_FLAG(int, threads, 2, "threads");
+ABSL_FLAG(int, reps, 15, "timed repetitions (the fastest is reported)");
+
+namespace fpa::bench {
+namespace {
+
+int run() {
+  const int streams = absl::GetFlag(FLAGS_streams), dim = absl::GetFlag(FLAGS_head_dim);
+  const int slots = absl::GetFlag(FLAGS_page_slots);
+  const int per = (absl::GetFlag(FLAGS_keys) + slots - 1) / slots;
+  const bool bf16 = absl::GetFlag(FLAGS_kv_dtype) == "bf16";
+  const bool contiguous = absl::GetFlag(FLAGS_layout) == "contiguous";
+  const cache::CacheShape shape{1, 1, dim, slots, bf16 ? 2 : 4};
+  auto table = cache::PageTable::create(shape, static_cast<int64_t>(streams) * per, true);
+  if (!table.ok()) {
+    std::cerr << table.status() << "\n";
+    return 1;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<cache::PageView>> pages(streams);
+  for (int p = 0; p < streams * per; ++p) {
+    const cache::PageView v = (*table)->view(p);
+    for (int j = 0; j < slots * dim; ++j) {
+      if (bf16) {
+        v.k16[j] = round_to_bf16(normal(rng)), v.v16[j] = round_to_bf16(normal(rng));
+      } else {
+        v.k[j] = normal(rng), v.v[j] = normal(rng);
+      }
+    }
+    std::fill_n(v.lvl, slots, 0.0f), std::fill_n(v.m, slots, 1e30f);
+    std::fill_n(v.acc, slots, 0.0f);
+    for (int j = 0; j < slots; ++j) v.pos[j] = j;
+    pages[contiguous ? p / per : p % streams].push_back(v);
+  }
+  std::vector<float> q(dim, 0.1f), own(dim, 0.1f), out(static_cast<size_t>(streams) * dim);
+  double best = 1e30;
+  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(dynamic) num_threads(absl::GetFlag(FLAGS_threads))
+    for (int s = 0; s < streams; ++s) {
+      const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
+      cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
+                            out.data() + static_cast<size_t>(s) * dim);
+    }
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  // Per key: k and v, and the field the kernel reads (pos, lvl, m).
+  const double bytes =
+      static_cast<double>(streams) * per * slots * (2.0 * dim * shape.kv_bytes + 12);
+  std::printf(
+      "{\"streams\":%d,\"keys\":%d,\"kv_dtype\":\"%s\",\"layout\":\"%s\",\"ms\":%.3f,"
+      "\"gb_per_s\":%.2f}\n",
+      streams, per * slots, bf16 ? "bf16" : "f32", contiguous ? "contiguous" : "interleaved",
+      best * 1e3, bytes / best / 1e9);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fpa::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return fpa::bench::run();
+}
