@@ -10,10 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tests/gpu/bundle.sh
-archive=gpu-bundle/fpa-gpu-bundle.tar.gz
+archive=gpu-bundle/fpa-gpu-bundle.tar.xz
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-tar -xzf "$archive" -C "$tmp"
+tar -xJf "$archive" -C "$tmp"
 root=$tmp/fpa-gpu-bundle
 errors=0
 fail() { echo "FAIL: $*"; errors=$((errors + 1)); }

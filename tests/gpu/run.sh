@@ -14,10 +14,10 @@
 # Each step's time is capped so that the whole run ends within FPA_GPU_BUDGET_S (470) seconds; a
 # step left without time fails the run. Logs go to $OUT (or gpu-bundle/logs) in four files:
 # summary.txt, tests.log, sanitizer.log and bench.txt. Exit status 0 only if everything passed.
-# Usage: tests/gpu/run.sh [bundle.tar.gz]   (default gpu-bundle/fpa-gpu-bundle.tar.gz)
+# Usage: tests/gpu/run.sh [bundle.tar.xz]   (default gpu-bundle/fpa-gpu-bundle.tar.xz)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-archive=${1:-gpu-bundle/fpa-gpu-bundle.tar.gz}
+archive=${1:-gpu-bundle/fpa-gpu-bundle.tar.xz}
 logs=${OUT:-gpu-bundle/logs}
 budget=${FPA_GPU_BUDGET_S:-470}
 mkdir -p "$logs"
@@ -59,7 +59,10 @@ if [[ ! -f $archive ]]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-tar -xzf "$archive" -C "$work" || { failed "cannot unpack $archive"; finish; }
+# tar runs xz for -J; without an xz binary, Python's own lzma unpacks it.
+tar -xJf "$archive" -C "$work" 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$archive" "$work" || { failed "cannot unpack $archive"; finish; }
 root=$work/fpa-gpu-bundle
 filter=${FPA_GPU_SANITIZE_FILTER:-}
 # shellcheck source=/dev/null
