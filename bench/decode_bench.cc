@@ -153,7 +153,8 @@ nlohmann::json run(const Model& model, const Config& cfg) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  auto model = fpa::Model::load(absl::GetFlag(FLAGS_model));
+  auto model = fpa::Model::load(absl::GetFlag(FLAGS_model),
+                                {.keep_bf16 = absl::GetFlag(FLAGS_cpu_weights) == "bf16"});
   fpa::bench::check(model.status());
   for (int context : fpa::bench::ints(absl::GetFlag(FLAGS_context))) {
     for (int batch : fpa::bench::ints(absl::GetFlag(FLAGS_batch))) {

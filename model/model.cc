@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/bf16.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
@@ -28,16 +29,19 @@ class LoadedModel : public Model {
   std::span<const float> final_norm() const override { return final_norm_; }
   const Matrix& lm_head() const override { return config_.tie_embeddings ? embed_ : lm_head_; }
 
-  absl::Status load(const std::string& dir);
+  absl::Status load(const std::string& dir, LoadOptions options);
 
  private:
   absl::StatusOr<const float*> tensor(const std::string& name, std::vector<int64_t> shape);
   absl::Status matrix(const std::string& name, int rows, int cols, Matrix* out);
+  // A projection: kept as the file's BF16 bits when options_ say so and the file stores BF16.
+  absl::Status projection(const std::string& name, int rows, int cols, Matrix* out);
   absl::Status vector(const std::string& name, int n, std::span<const float>* out);
   absl::Status load_layer(int l, LayerWeights* w);
   absl::Status check_no_extra_tensors() const;
 
   ModelConfig config_;
+  LoadOptions options_;
   std::unique_ptr<SafetensorsFile> file_;
   std::deque<std::vector<float>> converted_;  // F16/BF16/unaligned tensors, as float32
   std::set<std::string> used_;
@@ -97,6 +101,25 @@ absl::Status LoadedModel::matrix(const std::string& name, int rows, int cols, Ma
   return absl::OkStatus();
 }
 
+absl::Status LoadedModel::projection(const std::string& name, int rows, int cols, Matrix* out) {
+  absl::StatusOr<TensorView> t = file_->get(name);
+  const bool keep = options_.keep_bf16 && t.ok() && t->dtype == DType::kBF16 &&
+                    t->shape == std::vector<int64_t>{rows, cols} &&
+                    reinterpret_cast<uintptr_t>(t->bytes.data()) % alignof(uint16_t) == 0;
+  if (!keep) return matrix(name, rows, cols, out);
+  used_.insert(name);
+  const auto* bits = reinterpret_cast<const uint16_t*>(t->bytes.data());
+  for (int64_t i = 0; i < t->numel(); ++i) {
+    if ((bits[i] & 0x7f80u) == 0x7f80u) {  // all exponent bits: inf or NaN
+      return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": tensor '", name,
+                                                     "': non-finite value ", bf16_to_float(bits[i]),
+                                                     " at element ", i));
+    }
+  }
+  *out = Matrix{nullptr, rows, cols, bits};
+  return absl::OkStatus();
+}
+
 absl::Status LoadedModel::vector(const std::string& name, int n, std::span<const float>* out) {
   absl::StatusOr<const float*> p = tensor(name, {n});
   if (!p.ok()) return p.status();
@@ -109,10 +132,10 @@ absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
   const int a = c.n_heads * c.head_dim;
   const std::string p = absl::StrCat("layers.", l, ".");
   FPA_RETURN_IF_ERROR(vector(p + "attn_norm.weight", c.d_model, &w->attn_norm));
-  FPA_RETURN_IF_ERROR(matrix(p + "attn.wq", a, c.d_model, &w->wq));
-  FPA_RETURN_IF_ERROR(matrix(p + "attn.wk", a, c.d_model, &w->wk));
-  FPA_RETURN_IF_ERROR(matrix(p + "attn.wv", a, c.d_model, &w->wv));
-  FPA_RETURN_IF_ERROR(matrix(p + "attn.wo", c.d_model, a, &w->wo));
+  FPA_RETURN_IF_ERROR(projection(p + "attn.wq", a, c.d_model, &w->wq));
+  FPA_RETURN_IF_ERROR(projection(p + "attn.wk", a, c.d_model, &w->wk));
+  FPA_RETURN_IF_ERROR(projection(p + "attn.wv", a, c.d_model, &w->wv));
+  FPA_RETURN_IF_ERROR(projection(p + "attn.wo", c.d_model, a, &w->wo));
   w->beta.assign(c.n_heads, c.attention == AttentionKind::kFox ? 1.0f : 0.0f);
   if (c.attention != AttentionKind::kSoftmax) {
     FPA_RETURN_IF_ERROR(matrix(p + "attn.field_w", c.n_heads, c.d_model, &w->field_w));
@@ -128,9 +151,9 @@ absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
     for (int h = 0; h < c.n_heads; ++h) w->beta[h] = softplus(beta_raw[h]);
   }
   FPA_RETURN_IF_ERROR(vector(p + "mlp_norm.weight", c.d_model, &w->mlp_norm));
-  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_gate", c.d_ff, c.d_model, &w->w_gate));
-  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_up", c.d_ff, c.d_model, &w->w_up));
-  FPA_RETURN_IF_ERROR(matrix(p + "mlp.w_down", c.d_model, c.d_ff, &w->w_down));
+  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_gate", c.d_ff, c.d_model, &w->w_gate));
+  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_up", c.d_ff, c.d_model, &w->w_up));
+  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_down", c.d_model, c.d_ff, &w->w_down));
   return absl::OkStatus();
 }
 
@@ -145,7 +168,8 @@ absl::Status LoadedModel::check_no_extra_tensors() const {
   return absl::OkStatus();
 }
 
-absl::Status LoadedModel::load(const std::string& dir) {
+absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
+  options_ = options;
   const std::string config_path = dir + "/config.json";
   absl::StatusOr<std::string> text = read_text_file(config_path);
   if (!text.ok()) return text.status();
@@ -163,16 +187,26 @@ absl::Status LoadedModel::load(const std::string& dir) {
   for (int l = 0; l < c.n_layers; ++l) FPA_RETURN_IF_ERROR(load_layer(l, &layers_[l]));
   FPA_RETURN_IF_ERROR(vector("final_norm.weight", c.d_model, &final_norm_));
   if (!c.tie_embeddings) {
-    FPA_RETURN_IF_ERROR(matrix("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
+    FPA_RETURN_IF_ERROR(projection("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
   }
   return check_no_extra_tensors();
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+bool keeps_bf16(const Model& model) {
+  if (model.lm_head().data == nullptr) return true;
+  for (const LayerWeights& w : model.layers()) {
+    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      if (m->data == nullptr) return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::load(const std::string& dir, LoadOptions options) {
   auto model = std::make_unique<LoadedModel>();
-  FPA_RETURN_IF_ERROR(model->load(dir));
+  FPA_RETURN_IF_ERROR(model->load(dir, options));
   return model;
 }
 

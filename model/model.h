@@ -34,11 +34,21 @@ struct ModelConfig {
   std::string raw_json;  // the whole config.json, for ModelInfo
 };
 
-// A row-major float32 matrix [rows, cols] (PyTorch Linear layout [out, in]).
+// A row-major matrix [rows, cols] (PyTorch Linear layout [out, in]): float32, or, for a
+// projection the file stores as BF16 and the loader was asked to keep (LoadOptions), the file's
+// bf16 bits with no float32 copy (data null).
 struct Matrix {
   const float* data = nullptr;
   int rows = 0;
   int cols = 0;
+  const uint16_t* bf16 = nullptr;
+};
+
+struct LoadOptions {
+  // The projections (attention, MLP, an untied lm_head) stored as BF16 stay as stored, mapped
+  // from the file, for a backend that reads bf16 weights (the CPU backend with bf16 weights).
+  // The embedding, norms and the field's projections are float32 whatever the file holds.
+  bool keep_bf16 = false;
 };
 
 struct LayerWeights {
@@ -59,7 +69,8 @@ class Model {
  public:
   // Loads `dir`/config.json and `dir`/model.safetensors. Every problem is an error whose message
   // names the file and, for tensors, the tensor.
-  static absl::StatusOr<std::unique_ptr<Model>> load(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<Model>> load(const std::string& dir,
+                                                     LoadOptions options = {});
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
@@ -68,5 +79,9 @@ class Model {
   virtual std::span<const float> final_norm() const = 0;
   virtual const Matrix& lm_head() const = 0;  // embed() when tied
 };
+
+// Whether some projection was kept as the file's bf16 bits (LoadOptions::keep_bf16): only a
+// backend reading bf16 weights can run such a model.
+bool keeps_bf16(const Model& model);
 
 }  // namespace fpa

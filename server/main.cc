@@ -117,13 +117,15 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
 }
 
 int serve(const ServeOptions& o) {
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model);
+  const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
+  // bf16 weights on the CPU read a BF16 file's projections as stored: no float32 copy.
+  const LoadOptions load{.keep_bf16 = !use_cuda && o.cpu_weights == "bf16"};
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model, load);
   if (!model.ok()) {
     std::cerr << "fpa-serve: " << model.status().message() << "\n";
     return 1;
   }
   const ModelConfig& config = (*model)->config();
-  bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
   absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda);
   if (!kv.ok()) {
     std::cerr << "fpa-serve: " << kv.status().message() << "\n";

@@ -124,8 +124,13 @@ uint16_t* scratch(size_t n) {
 bool cpu_has_bf16() { return __builtin_cpu_supports("avx512bf16"); }
 
 Bf16Matrix::Bf16Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
-  std::vector<uint16_t> bits(static_cast<size_t>(m.rows) * m.cols);
-  to_bf16(m.data, bits.size(), bits.data());
+  std::vector<uint16_t> rounded;
+  const uint16_t* bits = m.bf16;  // as the file stores them, else rounded from float32
+  if (bits == nullptr) {
+    rounded.resize(static_cast<size_t>(m.rows) * m.cols);
+    to_bf16(m.data, rounded.size(), rounded.data());
+    bits = rounded.data();
+  }
   // The layout oneDNN picks for a product of 64 tokens (the blocked one of its brgemm kernels).
   // Every primitive reads this one packed copy, whatever its token count, and one token goes
   // through gemv_blocks where the layout is the one that kernel reads.
@@ -145,7 +150,7 @@ Bf16Matrix::Bf16Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
       blk.strides[1] == k * 64 && k <= padded(m.cols)) {
     block_ = k * 64;
   }
-  memory plain(weights_desc(m.rows, m.cols, false), engine(), bits.data());
+  memory plain(weights_desc(m.rows, m.cols, false), engine(), const_cast<uint16_t*>(bits));
   dnnl::stream s(engine());
   dnnl::reorder(plain, packed_).execute(s, plain, packed_);
   s.wait();

@@ -18,7 +18,8 @@ class ThreadPool;
 // on CPUs without it, in float32).
 bool cpu_has_bf16();
 
-// A weight matrix [rows, cols], rounded to bf16 (nearest even) and packed for oneDNN.
+// A weight matrix [rows, cols] packed for oneDNN: its bf16 bits as the model holds them, else
+// rounded to bf16 (nearest even) from float32.
 class Bf16Matrix {
  public:
   explicit Bf16Matrix(const Matrix& m);

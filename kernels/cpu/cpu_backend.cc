@@ -71,21 +71,21 @@ class CpuBackend : public Backend {
   std::vector<int> pos_;                      // row -> its token's position
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
-  // With bf16 weights: each projection's bf16 copy, by the model matrix's data.
-  absl::flat_hash_map<const float*, cpu::Bf16Matrix> bf16_;
+  // With bf16 weights: each projection packed for oneDNN, by the model's matrix.
+  absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
 };
 
 void CpuBackend::round_weights() {
   for (const LayerWeights& w : model_.layers()) {
     for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
-      bf16_.emplace(m->data, cpu::Bf16Matrix(*m));
+      bf16_.emplace(m, cpu::Bf16Matrix(*m));
     }
   }
-  bf16_.emplace(model_.lm_head().data, cpu::Bf16Matrix(model_.lm_head()));
+  bf16_.emplace(&model_.lm_head(), cpu::Bf16Matrix(model_.lm_head()));
 }
 
 void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool accumulate) {
-  if (auto it = bf16_.find(w.data); it != bf16_.end()) {
+  if (auto it = bf16_.find(&w); it != bf16_.end()) {
     cpu::linear_bf16(x, n, it->second, y, &pool_, accumulate);
   } else {
     cpu::linear(x, n, w, y, &pool_, accumulate);
@@ -333,6 +333,11 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, ca
     return absl::FailedPreconditionError(
         "cpu backend: bf16 weights need a CPU with AVX512-BF16, which this one lacks; use "
         "float32 weights");
+  }
+  if (weights == CpuWeights::kF32 && keeps_bf16(model)) {
+    return absl::FailedPreconditionError(
+        "cpu backend: the model was loaded keeping its bf16 weights as stored; float32 weights "
+        "need it loaded without LoadOptions::keep_bf16");
   }
   static std::once_flag blas_once;
   std::call_once(blas_once, cpu::use_single_threaded_blas);

@@ -629,6 +629,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
   if (!cuda_device_available()) {
     return absl::UnavailableError("no CUDA device is available");
   }
+  // TODO(cuda): upload the kept bf16 bits as they are; the device weights round from float32.
+  if (keeps_bf16(model)) {
+    return absl::FailedPreconditionError(
+        "cuda backend: the model was loaded keeping its bf16 weights as stored (for the CPU "
+        "backend); load it without LoadOptions::keep_bf16");
+  }
   FPA_RETURN_IF_ERROR(check_cache(model, cache, options));
   auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);
   FPA_RETURN_IF_ERROR(backend->init());

@@ -203,6 +203,22 @@ TEST(ModelLoad, NonFiniteWeightsAreNamed) {
   EXPECT_THAT(load_error(f), AllOf(HasSubstr("'layers.0.attn.field_b'"), HasSubstr("inf")));
 }
 
+// A kept BF16 projection is still checked: an inf in its bits is named like any other.
+TEST(ModelLoad, NonFiniteKeptBf16IsNamed) {
+  ModelFiles f = testing::random_model("fpa", "free", 1);
+  std::vector<uint16_t> bits(64 * 32, 0x3f80);  // wq [4 heads x 16, d_model 32]
+  bits[9] = 0xff80;                             // -inf
+  f.tensors["layers.0.attn.wq"] = {
+      "BF16", {64, 32}, std::string(reinterpret_cast<const char*>(bits.data()), 2 * bits.size())};
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  auto m = Model::load(dir.path(), {.keep_bf16 = true});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(
+      std::string(m.status().message()),
+      AllOf(HasSubstr("'layers.0.attn.wq'"), HasSubstr("non-finite"), HasSubstr("element 9")));
+}
+
 TEST(ModelLoad, HalfPrecisionIsConverted) {
   ModelFiles f = testing::random_model("fpa", "tied", 1);
   // 1.0, -2.0, 0.5 and a subnormal (2^-24) as F16; 1.0, -3.0 as BF16 (padded to 4 values).

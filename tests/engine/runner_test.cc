@@ -5,6 +5,8 @@
 #include <map>
 #include <numeric>
 
+#include "kernels/cpu/bf16_linear.h"
+#include "model/bf16.h"
 #include "server/engine/model_runner.h"
 #include "tests/engine/model_files.h"
 
@@ -257,6 +259,64 @@ TEST_P(RunnerTest, SnapKvAndTovaHoldTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, RunnerTest, ::testing::Values("fpa", "fox", "softmax"));
+
+// The projections of a random model stored as BF16, the rest as F32.
+testing::ModelFiles bf16_projections(testing::ModelFiles f) {
+  for (auto& [name, t] : f.tensors) {
+    const bool projection =
+        name.find("attn.w") != std::string::npos || name.find("mlp.w_") != std::string::npos;
+    if (!projection) continue;
+    std::vector<uint16_t> bits(t.bytes.size() / 4);
+    to_bf16(reinterpret_cast<const float*>(t.bytes.data()), bits.size(), bits.data());
+    t = {"BF16", t.shape, std::string(reinterpret_cast<const char*>(bits.data()), 2 * bits.size())};
+  }
+  return f;
+}
+
+// Greedy tokens and every step's logits of one sequence: a prompt, then `steps` decode steps.
+std::vector<float> generate(const Model& model, int steps) {
+  const ModelConfig& c = model.config();
+  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 4}, 256);
+  EXPECT_TRUE(cache.ok());
+  auto backend = make_cpu_backend(model, **cache, 2, CpuWeights::kBf16);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  ModelRunner runner(model, **cache, *std::move(backend));
+  const cache::SeqId seq = *runner.start({.policy = cache::Policy::kFpa, .tau = 4.0f});
+  std::vector<int32_t> tokens = {256, 7, 99, 3, 42, 42, 5};
+  std::vector<float> all, logits(c.vocab_size);
+  for (int i = 0; i <= steps; ++i) {
+    EXPECT_TRUE(runner.step(std::vector<StepInput>{{seq, tokens}}, logits).ok());
+    all.insert(all.end(), logits.begin(), logits.end());
+    tokens = {
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  }
+  return all;
+}
+
+// A BF16 file's projections kept as stored (no float32 copy, LoadOptions::keep_bf16) decode
+// exactly as the same file widened at load and rounded back: the same bits reach the kernels.
+// The float32 path and the CUDA backend refuse such a model rather than read null weights.
+TEST(KeptBf16Weights, DecodeExactlyAsTheWidenedModel) {
+  if (!cpu::cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  testing::TempDir dir;
+  testing::write_model(dir.path(), bf16_projections(testing::random_model("fpa", "free", 3)));
+  auto kept = Model::load(dir.path(), {.keep_bf16 = true});
+  auto widened = Model::load(dir.path());
+  ASSERT_TRUE(kept.ok() && widened.ok());
+  const LayerWeights& w = (*kept)->layers()[1];
+  EXPECT_EQ(w.w_down.data, nullptr);
+  ASSERT_NE(w.w_down.bf16, nullptr);
+  EXPECT_EQ(bf16_to_float(w.w_down.bf16[5]), (*widened)->layers()[1].w_down.data[5]);
+  EXPECT_NE(w.field_w.data, nullptr);  // the field's projections stay float32
+  EXPECT_TRUE(keeps_bf16(**kept));
+  EXPECT_FALSE(keeps_bf16(**widened));
+  EXPECT_EQ(generate(**kept, 12), generate(**widened, 12));
+  const ModelConfig& c = (*kept)->config();
+  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 4}, 64);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ(make_cpu_backend(**kept, **cache, 2, CpuWeights::kF32).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
 
 }  // namespace
 }  // namespace fpa
