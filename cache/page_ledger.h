@@ -27,7 +27,9 @@ class PageLedger {
 
   // A free page, counted in use together with `delta`: from `*reservation` when it holds one
   // (which it then decrements), else one nobody reserved; nullopt (nothing changed) when none.
-  std::optional<int32_t> take_page(const LedgerDelta& delta, int64_t* reservation = nullptr);
+  // Page `near` when it is free (a stream's next page right after its last one), else another.
+  std::optional<int32_t> take_page(const LedgerDelta& delta, int64_t* reservation = nullptr,
+                                   int32_t near = -1);
   // Tops `*reservation` up to `pages` when enough unreserved pages are free; false (nothing
   // changed) otherwise.
   bool reserve(int64_t* reservation, int64_t pages);
@@ -41,10 +43,13 @@ class PageLedger {
 
  private:
   void apply_locked(const LedgerDelta& delta, int64_t pages_delta);
+  void push_free(int32_t page);
+  int32_t pop_free(int32_t near);
 
   mutable std::mutex mu_;
-  std::vector<int32_t> free_;  // guarded by mu_
-  int64_t reserved_ = 0;       // guarded by mu_; <= free_.size()
+  std::vector<int32_t> free_;     // guarded by mu_; taken from the back
+  std::vector<int32_t> free_at_;  // guarded by mu_; page -> its index in free_, or -1
+  int64_t reserved_ = 0;          // guarded by mu_; <= free_.size()
   const int64_t pages_total_;
   const int64_t bytes_per_key_;
   std::atomic<uint64_t> version_{0};  // odd while a change is in progress

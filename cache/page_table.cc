@@ -184,7 +184,8 @@ absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_k
     ledger_.apply(delta);
     return gslot;
   }
-  const std::optional<int32_t> page = ledger_.take_page(delta, reservation);
+  const int32_t near = stream.pages.empty() ? -1 : stream.pages.back() + 1;
+  const std::optional<int32_t> page = ledger_.take_page(delta, reservation, near);
   if (!page) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache pool exhausted: all ", num_pages_,
                                                      " pages of ", slots_,

@@ -84,6 +84,43 @@ TEST(Pool, ExhaustionIsAnErrorAndLeavesTheCacheUsable) {
   expect_consistent(*cache, {{b, 1}});
 }
 
+// Streams decoding in step take pages in turn; each should still read its pages in runs of
+// consecutive ones (the attention kernel streams them): on a fresh pool every stream grows into
+// the pages after its first, and a pool of any size hands out each page exactly once.
+TEST(Pool, StreamsGrowIntoConsecutivePages) {
+  const CacheShape shape{.n_layers = 1, .n_heads = 3, .head_dim = 2, .page_slots = 2};
+  const int64_t num_pages = 99;  // not a multiple of the run length
+  auto cache = testing::make_cache(shape, num_pages);
+  PolicyConfig none;
+  none.policy = Policy::kNone;
+  const SeqId seq = *cache->add_sequence(none);
+  for (int32_t pos = 0; pos < 2 * 10; ++pos) {  // 10 pages per head, taken in turn
+    for (int h = 0; h < 3; ++h) ASSERT_TRUE(insert_key(*cache, seq, 0, h, pos, 0.0f).ok());
+  }
+  for (int h = 0; h < 3; ++h) {
+    const std::span<const int32_t> pages = cache->pages(seq, 0, h);
+    ASSERT_EQ(pages.size(), 10u);
+    for (size_t i = 1; i < pages.size(); ++i) EXPECT_EQ(pages[i], pages[i - 1] + 1) << h;
+  }
+  // The rest of the pool: every page once, whatever is left of the runs.
+  const SeqId other = *cache->add_sequence(none);
+  std::vector<int32_t> seen;
+  const int32_t per_head = 2 * (num_pages - 30) / 3;  // the 69 pages left, 46 keys a head
+  for (int32_t pos = 0; pos < per_head; ++pos) {
+    for (int h = 0; h < 3; ++h) ASSERT_TRUE(insert_key(*cache, other, 0, h, pos, 0.0f).ok());
+  }
+  for (SeqId s : {seq, other}) {
+    for (int h = 0; h < 3; ++h) {
+      for (int32_t p : cache->pages(s, 0, h)) seen.push_back(p);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(num_pages));
+  for (int32_t p = 0; p < num_pages; ++p) EXPECT_EQ(seen[static_cast<size_t>(p)], p);
+  EXPECT_EQ(cache->free_pages(), 0);
+  expect_consistent(*cache, {{seq, 3 * 20}, {other, 3 * per_head}});
+}
+
 TEST(Pool, PagesNeededCountsFreeSlotsPerStream) {
   const CacheShape shape{.n_layers = 2, .n_heads = 2, .head_dim = 2, .page_slots = 4};
   auto cache = testing::make_cache(shape, 64);
