@@ -197,7 +197,7 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
 bool keeps_bf16(const Model& model) {
   if (model.lm_head().data == nullptr) return true;
   for (const LayerWeights& w : model.layers()) {
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+    for (const Matrix* m : projections(w)) {
       if (m->data == nullptr) return true;
     }
   }

@@ -2,6 +2,7 @@
 // (docs/model-format.md). Weights are float32 views (converted copies when stored as F16/BF16).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -64,6 +65,11 @@ struct LayerWeights {
   Matrix w_gate, w_up;               // [d_ff, d_model]
   Matrix w_down;                     // [d_model, d_ff]
 };
+
+// A layer's projections: the matrices bf16 weights apply to (the field's stay float32).
+inline std::array<const Matrix*, 7> projections(const LayerWeights& w) {
+  return {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+}
 
 class Model {
  public:

@@ -153,7 +153,7 @@ std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
 // A stream's pages lie apart in the pool, and the hardware prefetcher starts over at each: the
 // kernel read 12-14 GB/s with 2 threads where it reads 25 from contiguous pages. Asking for the
 // page two ahead, a key's rows per key (a whole page at once overflows the miss buffers and did
-// nothing), brought it to 19-21 GB/s.
+// nothing), brought it to 16-24 GB/s (bench/attention_bench.cc).
 constexpr size_t kPagesAhead = 2;
 
 [[gnu::always_inline]] inline void prefetch_field(const cache::PageView& pv) {

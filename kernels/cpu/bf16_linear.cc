@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/parallel.h"
 #include "model/bf16.h"
 
 namespace fpa::cpu {
@@ -81,7 +81,8 @@ FPA_BF16_TARGET void convert_rows(const float* x, int n, int cols, uint16_t* out
 // One token against blocks [b0, b1) of 64 outputs in the pair-interleaved layout: per pair of
 // inputs, 64 outputs x 2 inputs are four registers, each a dot product step of 16 outputs with
 // the pair broadcast. Streams each block once, front to back: a batch-1 step is bound by these
-// bytes, and oneDNN's own kernel read them at 20 GB/s where this one reads 25-28.
+// bytes, and on cold weights oneDNN's own kernel read them at 14-21 GB/s where this one reads
+// 22-24.
 FPA_BF16_TARGET void gemv_blocks(const Bf16Matrix& w, const uint16_t* x, float* y, int b0, int b1,
                                  bool accumulate) {
   const uint16_t* bits = static_cast<const uint16_t*>(w.packed().get_data_handle());
@@ -164,14 +165,9 @@ void linear_bf16(const float* x, int n, const Bf16Matrix& w, float* y, ThreadPoo
     const int blocks = (w.rows() + 63) / 64;
     const int threads = pool != nullptr ? pool->threads() : 1;
     const int parts = std::min(blocks, threads * 4);  // a fast thread can take a slow one's share
-    auto part = [&](int i) {
+    parallel_for(pool, parts, static_cast<long>(w.rows()) * w.cols(), [&](int i) {
       gemv_blocks(w, xb, y, blocks * i / parts, blocks * (i + 1) / parts, accumulate);
-    };
-    if (pool != nullptr) {
-      pool->run(parts, part);
-    } else {
-      for (int i = 0; i < parts; ++i) part(i);
-    }
+    });
     return;
   }
   const dnnl::matmul mm = primitive(w, n, accumulate);

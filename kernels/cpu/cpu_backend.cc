@@ -77,7 +77,7 @@ class CpuBackend : public Backend {
 
 void CpuBackend::round_weights() {
   for (const LayerWeights& w : model_.layers()) {
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+    for (const Matrix* m : projections(w)) {
       bf16_.emplace(m, cpu::Bf16Matrix(*m));
     }
   }
