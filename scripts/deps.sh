@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages in scripts/packages.txt that are missing (quick when none are).
+# Installs the Debian packages of the given lists (default: scripts/packages-build.txt and
+# scripts/packages.txt) that are missing; quick when none are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t wanted < <(grep -v '^\s*#' scripts/packages.txt | grep -v '^\s*$')
+(($#)) || set -- scripts/packages-build.txt scripts/packages.txt
 missing=()
-for p in "${wanted[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+while read -r package command; do
+  [[ -z "$package" || "$package" == \#* ]] && continue
+  [[ -n "$command" ]] && command -v "$command" >/dev/null && continue
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done < <(cat "$@")
 if ((${#missing[@]})); then
   echo "Installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

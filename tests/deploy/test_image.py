@@ -339,14 +339,28 @@ def containerfile(facts, variant):
     return "\n".join(lines) + "\n"
 
 
+def mounted(buildah, tag):
+    """(the image's configuration as buildah recorded it, its filesystem mounted from buildah's
+    store), then unmounted."""
+    config = json.loads(buildah("inspect", "--type", "image", tag))["Docker"]["config"]
+    container = buildah("from", tag)
+    yield config, Path(buildah("mount", container))
+    buildah("umount", container)
+    buildah("rm", container)
+
+
 @pytest.fixture(scope="module")
 def image(facts, runtime, tmp_path_factory):
-    """The runtime image of this build's variant, assembled by buildah without a registry:
-    (its configuration as buildah recorded it, its filesystem mounted from buildah's store)."""
+    """The runtime image: FPA_IMAGE from buildah's store FPA_IMAGE_STORE (built from this
+    Dockerfile by tests/fresh), or else this build's variant assembled by buildah without a
+    registry."""
     if os.geteuid() != 0:
         pytest.skip("chroot and buildah's storage need root")
     if BUILDAH is None:
         pytest.skip("buildah (Debian's) absent")
+    if os.environ.get("FPA_IMAGE"):
+        yield from mounted(Buildah(Path(os.environ["FPA_IMAGE_STORE"])), os.environ["FPA_IMAGE"])
+        return
     serve, probe = binaries()
     model = model_for_tests()
     if model is None:
@@ -360,11 +374,7 @@ def image(facts, runtime, tmp_path_factory):
     # Docker format: OCI image configs have no HEALTHCHECK.
     buildah("build", "--isolation", "chroot", "--format", "docker", "--tag", tag,
             work / "context")
-    config = json.loads(buildah("inspect", "--type", "image", tag))["Docker"]["config"]
-    container = buildah("from", tag)
-    yield config, Path(buildah("mount", container))
-    buildah("umount", container)
-    buildah("rm", container)
+    yield from mounted(buildah, tag)
     shutil.rmtree(work)  # a CUDA build's image holds cuBLAS: gigabytes in vfs layers
 
 

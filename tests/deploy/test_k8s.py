@@ -2,17 +2,15 @@
 variants, and ports, probes, flags and drain timing against the serving contract."""
 
 import functools
-import shutil
-import subprocess
 
 import pytest
 import yaml
 
 from deploy_env import (DEPLOY, dockerfile_facts, drain_seconds, flag_values, grpc_port,
-                        instructions, load_yaml_docs, metrics_port, node, serving_flags, stage)
+                        instructions, kustomize, load_yaml_docs, metrics_port, node,
+                        serving_flags, stage)
 
 K8S = DEPLOY / "k8s"
-KUBECTL = shutil.which("kubectl")
 HEALTH_SERVICES = {"", "fpa.v1.FpaService"}  # docs/serving.md
 
 
@@ -22,21 +20,14 @@ def files_of(variant_dir):
 
 
 def rendered(variant):
-    if KUBECTL is None:
-        pytest.skip("kubectl (for kustomize) absent")
-    result = subprocess.run([KUBECTL, "kustomize", str(K8S / variant)], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return kustomize(K8S / variant)
 
 
 @functools.cache
 def variants():
     """(name, objects): the CPU files as written, and both variants as kustomize renders them."""
-    out = [("cpu files", files_of(K8S / "cpu"))]
-    if KUBECTL:
-        out += [("cpu", rendered("cpu")), ("gpu", rendered("gpu"))]
-    return tuple(out)
+    return (("cpu files", files_of(K8S / "cpu")), ("cpu", rendered("cpu")),
+            ("gpu", rendered("gpu")))
 
 
 def one(objects, kind, name):
