@@ -26,20 +26,23 @@ No module named '[^']+'|fatal error: [^:]+: No such file|EBADENGINE.*|npm ERR! c
   echo "$found"
 }
 
-debian_sources() {  # this machine's apt sources that are Debian's own
-  grep -l -E '^[^#]*(URIs:|deb) .*/debian(-security)?/?( |$)' \
-    /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null
+debian_sources() {  # this machine's apt source files that are Debian's own
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*; do
+    [[ -f "$f" ]] && grep -q -E '^[^#]*(URIs:|deb) .*/debian(-security)?/?( |$)' "$f" && echo "$f"
+  done
+  return 0
 }
 
 make_bare_root() {  # ROOT DEB_CACHE LOG
   local root=$1 debs=$2 log=$3 sources
-  sources=$(debian_sources | head -n 1)
-  [[ -n "$sources" ]] || fail "a Debian apt source on this machine (/etc/apt/sources.list*)"
+  mapfile -t sources < <(debian_sources)
+  ((${#sources[@]})) || fail "a Debian apt source on this machine (/etc/apt/sources.list*)"
   mmdebstrap --variant=minbase \
     --setup-hook="mkdir -p \"\$1\"/var/cache/apt/archives" \
     --setup-hook="sync-in $debs /var/cache/apt/archives" \
     --customize-hook="sync-out /var/cache/apt/archives $debs" \
-    bookworm "$root" "$sources" >"$log" 2>&1 || fail "mmdebstrap: $(tail -n 1 "$log")" "$log"
+    bookworm "$root" "${sources[@]}" >"$log" 2>&1 || fail "mmdebstrap: $(tail -n 1 "$log")" "$log"
 }
 
 save_root_tarball() { tar -C "$1" -cf "$2" .; }
