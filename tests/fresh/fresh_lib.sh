@@ -103,15 +103,21 @@ serve_and_ask() {
   pid=$!
   until ports=$(grep -o -E 'listening on .*' "$log" 2>/dev/null); do
     kill -0 "$pid" 2>/dev/null || fail "$(diagnose "$log")" "$log"
-    ((SECONDS < deadline)) || { kill "$pid"; fail "no listening line in 40 min" "$log"; }
+    ((SECONDS < deadline)) || { stop_server "$pid"; fail "no listening line in 40 min" "$log"; }
     sleep 5
   done
   read -r grpc http < <(echo "$ports" | sed -E 's/.*:([0-9]+) \(gRPC\).*:([0-9]+) \(http\).*/\1 \2/')
   echo "serving after $((SECONDS - step_start)) s: gRPC $grpc, HTTP $http"
   /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/ask_server.py" "$grpc" "$http" \
-    "$root/root/fpa-serve/client" || { kill "$pid"; fail "a completion over HTTP and gRPC" "$log"; }
-  kill -TERM "$pid"
-  wait "$pid" || fail "fpa-serve's exit status after SIGTERM" "$log"
+    "$root/root/fpa-serve/client" || { stop_server "$pid"; fail "a completion over HTTP and gRPC" "$log"; }
+  stop_server "$pid" || fail "fpa-serve's exit status after SIGTERM" "$log"
+}
+
+# SIGTERM to what runs under in_root's background subshell PID (chroot, env, bash and
+# scripts/serve all exec, so that is fpa-serve itself), then its exit status.
+stop_server() {
+  pkill -TERM -P "$1" || kill -TERM "$1"
+  wait "$1"
 }
 
 # deploy/Dockerfile's cpu target with the saved bare root as DEBIAN_IMAGE and

@@ -32,8 +32,9 @@ def test_vectors_regenerate(root, case, tmp_path):
             if k == "live":  # may differ only at ties of the eviction criterion
                 ties = want["margin"].abs() < 1e-4
                 assert torch.equal(want[k][~ties], got[k][~ties])
-            else:
-                assert torch.allclose(want[k].float(), got[k].float(), atol=1e-5), k
+            else:  # float32 rounding differs with the CPU's kernels: scale with the magnitude
+                scale = max(1.0, want[k].float().abs().max().item())
+                assert torch.allclose(want[k].float(), got[k].float(), atol=1e-5 * scale), k
 
 
 @pytest.mark.parametrize("case", list(make_vectors.CASES))
