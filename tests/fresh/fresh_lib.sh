@@ -59,6 +59,9 @@ give_network_settings() {
 
 mount_root() {  # ROOT CACHE
   local root=$1 cache=$2
+  # The root a mount point of its own, as on a real machine: buildah's layer apply (in the
+  # deploy.image test) remounts / and fails inside a plain chroot directory.
+  mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
   mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
@@ -68,13 +71,17 @@ mount_root() {  # ROOT CACHE
   mount --bind "$cache/ccache" "$root/root/.cache/ccache"
 }
 
+mounts_under() {  # DIR: DIR itself and every mount point below it
+  findmnt -rn -o TARGET | awk -v d="$1" '$0 == d || index($0, d "/") == 1'
+}
+
 cleanup_root() {
   local root=$1 m
   [[ -d "$root" ]] || return 0
-  for m in $(findmnt -rn -o TARGET | grep -F "$root/" | sort -r); do
+  for m in $(mounts_under "$root" | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
-  if findmnt -rn -o TARGET | grep -qF "$root/"; then
+  if [[ -n "$(mounts_under "$root")" ]]; then
     echo "fresh machine: mounts left under $root; not removing it" >&2
     return 1
   fi
