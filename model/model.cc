@@ -180,7 +180,16 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
   if (!c.tie_embeddings) {
     FPA_RETURN_IF_ERROR(projection("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
   }
-  return check_no_extra_tensors();
+  FPA_RETURN_IF_ERROR(check_no_extra_tensors());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = load_tokenizer(dir, c);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if ((*tokenizer)->vocab_size() > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": the tokenizer has ",
+                                                   (*tokenizer)->vocab_size(),
+                                                   " tokens, more than vocab_size ", c.vocab_size));
+  }
+  tokenizer_ = *std::move(tokenizer);
+  return absl::OkStatus();
 }
 
 }  // namespace
