@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/json_fields.h"
 #include "model/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -17,64 +18,7 @@ using nlohmann::json;
 constexpr int64_t kMaxAttentionWidth = 1 << 16;
 constexpr int64_t kMaxTensorElements = int64_t{1} << 30;
 
-// Typed field readers: an absent (or null) field keeps the default, a wrong type is an error
-// naming the file and the key (nlohmann's own accessors would throw instead).
-class Fields {
- public:
-  Fields(const json& j, const std::string& path) : j_(j), path_(path) {}
-
-  absl::Status integer(const char* key, int* out, int min_value, int max_value) const {
-    if (const json* v = find(key)) {
-      if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT_MAX) ||
-          v->get<int64_t>() < min_value || v->get<int64_t>() > max_value) {
-        return error(key, absl::StrCat("must be an integer in [", min_value, ", ", max_value, "]"));
-      }
-      *out = v->get<int>();
-    }
-    return absl::OkStatus();
-  }
-  absl::Status required_dim(const char* key, int* out, int max_value) const {
-    if (find(key) == nullptr) return error(key, "is missing");
-    return integer(key, out, 1, max_value);
-  }
-  // A finite float in [min_value, max_value] (read as a double first: 1e300 is no float).
-  absl::Status number(const char* key, float* out, double min_value, double max_value) const {
-    if (const json* v = find(key)) {
-      if (!v->is_number() || !(v->get<double>() >= min_value && v->get<double>() <= max_value)) {
-        return error(key, absl::StrCat("must be a number in [", min_value, ", ", max_value, "]"));
-      }
-      *out = v->get<float>();
-    }
-    return absl::OkStatus();
-  }
-  absl::Status boolean(const char* key, bool* out) const {
-    if (const json* v = find(key)) {
-      if (!v->is_boolean()) return error(key, "must be true or false");
-      *out = v->get<bool>();
-    }
-    return absl::OkStatus();
-  }
-  absl::Status string(const char* key, std::string* out) const {
-    if (const json* v = find(key)) {
-      if (!v->is_string()) return error(key, "must be a string");
-      *out = v->get<std::string>();
-    }
-    return absl::OkStatus();
-  }
-  absl::Status error(const char* key, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": '", key, "' ", what));
-  }
-
- private:
-  const json* find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-  const json& j_;
-  const std::string& path_;
-};
-
-absl::Status read_kind(const Fields& f, ModelConfig* c) {
+absl::Status read_kind(const JsonFields& f, ModelConfig* c) {
   std::string kind, levels = "tied";
   FPA_RETURN_IF_ERROR(f.string("attention", &kind));
   FPA_RETURN_IF_ERROR(f.string("levels", &levels));
@@ -98,7 +42,7 @@ absl::Status read_kind(const Fields& f, ModelConfig* c) {
 absl::Status read_tokenizer(const json& j, const std::string& path, ModelConfig* c) {
   auto it = j.find("tokenizer");
   if (it == j.end()) return absl::OkStatus();
-  const Fields t(*it, path);
+  const JsonFields t(*it, path);
   std::string type;
   if (it->is_object()) FPA_RETURN_IF_ERROR(t.string("type", &type));
   if (type != "byte") {
@@ -161,7 +105,7 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid JSON object"));
   }
-  const Fields f(j, path);
+  const JsonFields f(j, path);
   std::string format;
   FPA_RETURN_IF_ERROR(f.string("format", &format));
   if (format != "fpa-serve/1") return f.error("format", "must be \"fpa-serve/1\"");

@@ -6,15 +6,14 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/bf16.h"
 #include "model/config.h"
+#include "model/json_fields.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
 
@@ -49,14 +48,6 @@ class LoadedModel : public Model {
   std::vector<LayerWeights> layers_;
   std::span<const float> final_norm_;
 };
-
-absl::StatusOr<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // softplus as PyTorch computes it (linear above 20).
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
@@ -189,7 +180,16 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
   if (!c.tie_embeddings) {
     FPA_RETURN_IF_ERROR(projection("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
   }
-  return check_no_extra_tensors();
+  FPA_RETURN_IF_ERROR(check_no_extra_tensors());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = load_tokenizer(dir, c);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if ((*tokenizer)->vocab_size() > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": the tokenizer has ",
+                                                   (*tokenizer)->vocab_size(),
+                                                   " tokens, more than vocab_size ", c.vocab_size));
+  }
+  tokenizer_ = *std::move(tokenizer);
+  return absl::OkStatus();
 }
 
 }  // namespace

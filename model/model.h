@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/tokenizer.h"
 
 namespace fpa {
 
@@ -73,8 +74,8 @@ inline std::array<const Matrix*, 7> projections(const LayerWeights& w) {
 
 class Model {
  public:
-  // Loads `dir`/config.json and `dir`/model.safetensors. Every problem is an error whose message
-  // names the file and, for tensors, the tensor.
+  // Loads `dir`/config.json, `dir`/model.safetensors and the tokenizer files. Every problem is an
+  // error whose message names the file and, for tensors, the tensor.
   static absl::StatusOr<std::unique_ptr<Model>> load(const std::string& dir,
                                                      LoadOptions options = {});
   virtual ~Model() = default;
@@ -84,6 +85,12 @@ class Model {
   virtual const std::vector<LayerWeights>& layers() const = 0;
   virtual std::span<const float> final_norm() const = 0;
   virtual const Matrix& lm_head() const = 0;  // embed() when tied
+
+  // The tokenizer of the model's directory (load_tokenizer), or of its byte vocabulary.
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ protected:
+  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 // Whether some projection was kept as the file's bf16 bits (LoadOptions::keep_bf16): only a

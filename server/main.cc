@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "model/config.h"
 #include "server/acceptor.h"
 #include "server/engine/model_runner.h"
 #include "server/listen_socket.h"
@@ -154,12 +155,13 @@ int serve(const ServeOptions& o) {
   metrics.watch_prefix_cache(scheduler.prefix_cache());
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
-  info.limits = {config.vocab_size, config.bos_id, o.max_prompt_tokens, o.max_new_tokens,
+  info.limits = {config.vocab_size, &(*model)->tokenizer(), o.max_prompt_tokens, o.max_new_tokens,
                  o.tau.value_or(config.tau)};
   info.max_batch = o.max_batch;
   FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
 
-  OpenAiApi api(scheduler, metrics, {model_name, info.limits});
+  OpenAiApi api(scheduler, metrics,
+                {model_name, info.limits, attention_kind_name(config.attention)});
   absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
       http::HttpServer::start(o.http_address, {}, api.handler());
   if (!api_http.ok()) {

@@ -67,7 +67,9 @@ void OpenAiApi::models(http::Exchange& exchange) const {
                 {"object", "model"},
                 {"created", created_},
                 {"owned_by", "fpa-serve"},
-                {"max_model_len", info_.limits.max_prompt_tokens}};
+                {"max_model_len", info_.limits.max_prompt_tokens},
+                {"attention", info_.attention},
+                {"tokenizer", info_.limits.tokenizer->kind()}};
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
 }
 
@@ -98,7 +100,8 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
                       unix_now(),
                       req->stream,
                       req->include_usage,
-                      req->generate.logprobs()};
+                      req->generate.logprobs(),
+                      info_.limits.tokenizer};
   std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
       ->start(scheduler_, std::move(request));
 }

@@ -19,6 +19,7 @@ namespace fpa::server {
 struct OpenAiInfo {
   std::string model_name;  // the id /v1/models lists and requests may name
   RequestLimits limits;
+  std::string attention;  // the model's attention kind (fpa, fox, softmax), for /v1/models
 };
 
 class OpenAiApi {

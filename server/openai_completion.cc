@@ -1,7 +1,9 @@
 #include "server/openai_completion.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "model/utf8.h"
 #include "server/openai_request.h"
 
 namespace fpa::server {
@@ -24,12 +26,22 @@ const char* finish_reason(FinishReason r) {
   return nullptr;
 }
 
-// A byte token as text: ASCII as itself, other bytes and special ids spelled out, as vLLM does.
-std::string token_string(int32_t id) {
-  if (id >= 0x20 && id < 0x7f) return std::string(1, static_cast<char>(id));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, id < 256 ? "bytes:\\x%02X" : "<special:%d>", id);
-  return buf;
+// A token as text: its own when that is printable UTF-8, else its bytes spelled out, and special
+// ids as <special:N>, as vLLM does.
+std::string token_string(const Tokenizer& tokenizer, int32_t id) {
+  if (tokenizer.is_special(id)) return "<special:" + std::to_string(id) + ">";
+  const std::string_view bytes = tokenizer.token_bytes(id);
+  const bool printable = std::none_of(bytes.begin(), bytes.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (printable && utf8::sanitize(bytes) == bytes) return std::string(bytes);
+  std::string out = "bytes:";
+  for (unsigned char c : bytes) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02X", c);
+    out += buf;
+  }
+  return out;
 }
 
 json usage_json(const Usage& u) {
@@ -76,9 +88,10 @@ json CompletionCall::choice(const std::string& text, const std::vector<int32_t>&
   if (meta_.logprobs) {
     json tokens = json::array(), offsets = json::array();
     for (int32_t id : ids) {
-      tokens.push_back(token_string(id));
+      tokens.push_back(token_string(*meta_.tokenizer, id));
       offsets.push_back(text_offset_);
-      if (id < 256) ++text_offset_;
+      // TODO(issue 25): with a JSON-escaped tokenizer this counts escaped, not output, bytes.
+      text_offset_ += static_cast<int64_t>(meta_.tokenizer->token_bytes(id).size());
     }
     lp = {{"tokens", tokens},
           {"token_logprobs", logprobs},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -22,6 +23,7 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
 };
 
 class CompletionCall final : public RequestSink,

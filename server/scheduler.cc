@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/text.h"
 
 namespace fpa::server {
 namespace {
@@ -34,8 +33,11 @@ int64_t pages_for_new(const cache::CacheShape& s, int64_t tokens) {
 }  // namespace
 
 struct Scheduler::Active {
-  explicit Active(std::shared_ptr<Request> r)
-      : req(std::move(r)), context(req->params.prompt), sampler(req->params.sampling) {}
+  Active(std::shared_ptr<Request> r, const Tokenizer& tokenizer)
+      : req(std::move(r)),
+        context(req->params.prompt),
+        sampler(req->params.sampling),
+        text(tokenizer) {}
 
   size_t prompt_size() const { return req->params.prompt.size(); }
   // Tokens the cache must hold before the next decode step: the prompt, or after a preemption
@@ -60,7 +62,7 @@ struct Scheduler::Active {
   int64_t cached_prompt = 0;  // prompt tokens the prefix cache held when it started
   bool preempted = false;     // released this iteration, goes back to the queue
   Sampler sampler;            // survives preemption, so sampling continues where it stopped
-  Utf8Decoder text;
+  TokenStream text;
   Clock::time_point admitted;     // first admission: the end of its queue time
   Clock::time_point first_token;  // the end of its prefill
   Clock::time_point last_token;
@@ -107,7 +109,7 @@ absl::Status Scheduler::check_fits_alone(const GenerationParams& p) const {
 
 absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
   if (absl::Status st = check_fits_alone(request->params); !st.ok()) return st;
-  auto active = std::make_unique<Active>(std::move(request));
+  auto active = std::make_unique<Active>(std::move(request), runner_.model().tokenizer());
   std::lock_guard lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down");
   // Requests the batch can take at the next iteration do not count as queued.

@@ -4,7 +4,6 @@
 
 #include "model/config.h"
 #include "server/reactors.h"
-#include "server/text.h"
 #include "server/wire.h"
 
 namespace fpa::server {
@@ -68,7 +67,7 @@ grpc::ServerUnaryReactor* FpaServiceImpl::Tokenize(grpc::CallbackServerContext* 
   v1::TokenizeRequest req;
   if (absl::Status st = decode(*bytes, &req); !st.ok()) return reply(ctx, st);
   v1::TokenizeResponse resp;
-  std::vector<int32_t> ids = encode_prompt(req.text(), model_.config().bos_id);
+  std::vector<int32_t> ids = model_.tokenizer().encode(req.text());
   resp.mutable_token_ids()->Add(ids.begin(), ids.end());
   return reply(ctx, resp, out);
 }
@@ -99,6 +98,7 @@ grpc::ServerUnaryReactor* FpaServiceImpl::ModelInfo(grpc::CallbackServerContext*
   resp.set_max_batch(info_.max_batch);
   resp.set_max_prompt_tokens(info_.limits.max_prompt_tokens);
   resp.set_max_new_tokens(info_.limits.max_new_tokens);
+  resp.set_tokenizer(model_.tokenizer().kind());
   return reply(ctx, resp, out);
 }
 

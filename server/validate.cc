@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/policy.h"
-#include "server/text.h"
 
 namespace fpa::server {
 namespace {
@@ -40,7 +39,7 @@ absl::StatusOr<std::vector<int32_t>> prompt_of(const v1::GenerateRequest& req,
     if (prompt.empty()) return bad("tokens.ids", "the prompt is empty");
   } else {
     if (req.text().empty()) return bad("text", "the prompt is empty (set text or tokens)");
-    prompt = encode_prompt(req.text(), limits.bos_id);
+    prompt = limits.tokenizer->encode(req.text());
   }
   if (static_cast<int64_t>(prompt.size()) > limits.max_prompt_tokens) {
     return bad(req.has_tokens() ? "tokens.ids" : "text",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
+#include "model/tokenizer.h"
 #include "proto/fpa/v1/fpa.pb.h"
 #include "server/request.h"
 
@@ -10,7 +11,7 @@ namespace fpa::server {
 
 struct RequestLimits {
   int vocab_size = 259;
-  int bos_id = 256;
+  const Tokenizer* tokenizer = nullptr;  // the model's: encodes text prompts
   int max_prompt_tokens = 65536;
   int max_new_tokens = 4096;
   float default_tau = 20.0f;

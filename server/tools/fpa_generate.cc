@@ -13,7 +13,6 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/model_runner.h"
-#include "server/text.h"
 
 namespace {
 
@@ -48,7 +47,7 @@ int main(int argc, char** argv) {
       prompt.push_back(id);
     }
   } else {
-    prompt = fpa::server::encode_prompt(args["prompt"], c.bos_id);
+    prompt = (*model)->tokenizer().encode(args["prompt"]);
   }
 
   fpa::SamplingParams sampling;

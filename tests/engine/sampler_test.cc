@@ -1,4 +1,4 @@
-// Samplers (greedy, temperature, top-k, top-p; seeded) and the byte tokenizer.
+// Samplers (greedy, temperature, top-k, top-p; seeded).
 #include "server/engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +7,6 @@
 #include <map>
 #include <vector>
 
-#include "model/tokenizer.h"
 
 namespace fpa {
 namespace {
@@ -71,21 +70,6 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
   EXPECT_NEAR(h[0] / 20000.0, 0.5 / 0.8, 0.015);
   h = histogram({.temperature = 1.0f, .top_p = 0.01f, .seed = 3}, logits, 100);
   EXPECT_EQ(h[0], 100);  // a tiny nucleus still holds the best token
-}
-
-TEST(ByteTokenizer, RoundTripsUtf8AndDropsSpecials) {
-  ModelConfig c;
-  c.vocab_size = 259;
-  ByteTokenizer tok(c);
-  const std::string text = "pass key \xc3\xa9\xe2\x82\xac 7";
-  std::vector<int32_t> ids = tok.encode(text);
-  ASSERT_EQ(ids.size(), text.size() + 1);
-  EXPECT_EQ(ids[0], 256);
-  EXPECT_EQ(ids[1], 'p');
-  EXPECT_EQ(ids[10], 0xc3);
-  ids.push_back(tok.eos_id());
-  ids.push_back(tok.pad_id());
-  EXPECT_EQ(tok.decode(ids), text);
 }
 
 }  // namespace

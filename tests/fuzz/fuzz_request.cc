@@ -6,6 +6,8 @@
 #include <string>
 
 #include "cache/policy.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 #include "server/validate.h"
 #include "server/wire.h"
 
@@ -13,7 +15,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   fpa::v1::GenerateRequest req;
   if (!fpa::server::decode(bytes, &req).ok()) return 0;
-  const fpa::server::RequestLimits limits{259, 256, 512, 128, 20.0f};
+  static const std::unique_ptr<fpa::Tokenizer> tokenizer = [] {
+    fpa::ModelConfig config;
+    config.vocab_size = 259;
+    return fpa::make_byte_tokenizer(config);
+  }();
+  const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
   absl::StatusOr<fpa::server::GenerationParams> p = fpa::server::to_params(req, limits);
   if (!p.ok()) {
     if (p.status().message().size() > 400) std::abort();  // echoed values are cut

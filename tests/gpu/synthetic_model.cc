@@ -19,6 +19,7 @@ class SyntheticModel final : public Model {
     cfg_.d_ff = s.d_ff;
     cfg_.attention = AttentionKind::kFpa;
     cfg_.tau = 20.0f;
+    tokenizer_ = make_byte_tokenizer(cfg_);
     const int a = s.n_heads * s.head_dim;
     embed_ = random(cfg_.vocab_size, s.d_model, 1.0f);
     for (int l = 0; l < s.n_layers; ++l) {

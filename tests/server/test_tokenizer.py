@@ -1,0 +1,70 @@
+"""The server speaks through the tokenizer of its model directory (issue 25): a model directory
+with GPT-2-style BPE files encodes text prompts with them, streams their text, and says so in
+ModelInfo and /v1/models; a directory without them keeps the byte tokenizer."""
+import json
+import os
+import re
+import shutil
+import urllib.request
+
+import pytest
+
+from conftest import TEST_MODEL
+
+
+def spell(b: int) -> str:
+    """GPT-2's byte-level spelling of a byte (bytes_to_unicode)."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    rest = [c for c in range(256) if c not in printable]
+    return chr(b) if b in printable else chr(256 + rest.index(b))
+
+
+# Ids 0-255 the bytes, 256 "he", 257 "ll", 258 "<|end|>": inside the test model's 259 ids, so
+# the model's own ids 256-258 (BOS, EOS, PAD) become these tokens.
+MERGED = {256: b"he", 257: b"ll"}
+
+
+@pytest.fixture(scope="module")
+def bpe_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bpe-model")
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(TEST_MODEL, f), d / f)
+    vocab = {spell(b): b for b in range(256)}
+    vocab.update({"".join(map(spell, t)): i for i, t in MERGED.items()})
+    vocab["<|end|>"] = 258
+    (d / "vocab.json").write_text(json.dumps(vocab))
+    (d / "merges.txt").write_text("#version: 0.2\nh e\nl l\n")
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"add_bos_token": True, "bos_token": "<|end|>", "eos_token": "<|end|>"}))
+    return str(d)
+
+
+def decode(ids):
+    return b"".join(MERGED.get(i, bytes([i]) if i < 256 else b"") for i in ids).decode(
+        "utf-8", "replace")
+
+
+def http_get(server, path):
+    port = re.search(r":(\d+) \(http\)", server.output()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_bpe_model_directory(make_server, bpe_model):
+    s = make_server(model=bpe_model)
+    assert s.client.tokenize("hello h\u00e9") == [258, 256, 257, ord("o"), ord(" "), ord("h"),
+                                                   0xC3, 0xA9]
+    assert s.client.model_info().tokenizer == "bpe"
+    model = http_get(s, "/v1/models")["data"][0]
+    assert (model["tokenizer"], model["attention"]) == ("bpe", "fpa")
+    # A text prompt is the tokenizer's ids; the output text is the decode of the output ids.
+    by_text = s.client.generate("hello hello", max_new_tokens=24, ignore_eos=True)
+    by_ids = s.client.generate([258, 256, 257, ord("o"), ord(" "), 256, 257, ord("o")],
+                               max_new_tokens=24, ignore_eos=True)
+    assert list(by_text.token_ids) == list(by_ids.token_ids)
+    assert by_text.text == decode(by_text.token_ids)
+
+
+def test_byte_model_says_byte(server):
+    assert server.client.model_info().tokenizer == "byte"
+    assert http_get(server, "/v1/models")["data"][0]["tokenizer"] == "byte"
