@@ -61,11 +61,9 @@ absl::Status read_tokenizer(const json& j, const std::string& path, ModelConfig*
   return absl::OkStatus();
 }
 
-absl::Status check_ranges(const std::string& path, const ModelConfig& c) {
-  if (c.vocab_size < 259) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": vocab_size ", c.vocab_size, " cannot hold the byte tokenizer (259)"));
-  }
+}  // namespace
+
+absl::Status check_config_limits(const std::string& path, const ModelConfig& c) {
   // Each product is of two bounded ints, so it is computed in 64 bits without overflow.
   if (int64_t a = int64_t{c.n_heads} * c.head_dim; a > kMaxAttentionWidth) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": n_heads * head_dim = ", a,
@@ -85,8 +83,6 @@ absl::Status check_ranges(const std::string& path, const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 const char* attention_kind_name(AttentionKind kind) {
   switch (kind) {
     case AttentionKind::kFpa:
@@ -105,6 +101,7 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid JSON object"));
   }
+  if (j.contains("model_type")) return parse_hf_config(j, json_text, path);
   const JsonFields f(j, path);
   std::string format;
   FPA_RETURN_IF_ERROR(f.string("format", &format));
@@ -124,7 +121,10 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   FPA_RETURN_IF_ERROR(f.boolean("tie_embeddings", &c.tie_embeddings));
   FPA_RETURN_IF_ERROR(f.integer("train_len", &c.train_len, 0, 1 << 24));
   if (c.attention != AttentionKind::kSoftmax) c.rope_theta = 0.0f;
-  FPA_RETURN_IF_ERROR(check_ranges(path, c));
+  if (c.vocab_size < 259) {
+    return f.error("vocab_size", "cannot hold the byte tokenizer (259)");
+  }
+  FPA_RETURN_IF_ERROR(check_config_limits(path, c));
   FPA_RETURN_IF_ERROR(read_tokenizer(j, path, &c));
   return c;
 }

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,8 @@
 #include "model/json_fields.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
+#include "model/tensor_files.h"
+#include "model/weight_names.h"
 
 namespace fpa {
 namespace {
@@ -41,7 +46,7 @@ class LoadedModel : public Model {
 
   ModelConfig config_;
   LoadOptions options_;
-  std::unique_ptr<SafetensorsFile> file_;
+  std::optional<TensorFiles> files_;
   std::deque<std::vector<float>> converted_;  // F16/BF16/unaligned tensors, as float32
   std::set<std::string> used_;
   Matrix embed_, lm_head_;
@@ -49,14 +54,24 @@ class LoadedModel : public Model {
   std::span<const float> final_norm_;
 };
 
+// The top and bottom halves of a matrix's rows, as views.
+std::pair<Matrix, Matrix> split_rows(const Matrix& m) {
+  const int rows = m.rows / 2;
+  const size_t offset = static_cast<size_t>(rows) * m.cols;
+  Matrix top{m.data, rows, m.cols, m.bf16};
+  Matrix bottom{m.data ? m.data + offset : nullptr, rows, m.cols,
+                m.bf16 ? m.bf16 + offset : nullptr};
+  return {top, bottom};
+}
+
 // softplus as PyTorch computes it (linear above 20).
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 absl::StatusOr<const float*> LoadedModel::tensor(const std::string& name,
                                                  std::vector<int64_t> shape) {
-  absl::StatusOr<TensorView> t = file_->get(name);
+  absl::StatusOr<TensorView> t = files_->get(name);
   if (!t.ok()) return t.status();
-  const std::string where = absl::StrCat(file_->path(), ": tensor '", name, "': ");
+  const std::string where = absl::StrCat(files_->path_of(name), ": tensor '", name, "': ");
   if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "dtype ", dtype_name(t->dtype), ", expected F32, F16 or BF16"));
@@ -93,7 +108,7 @@ absl::Status LoadedModel::matrix(const std::string& name, int rows, int cols, Ma
 }
 
 absl::Status LoadedModel::projection(const std::string& name, int rows, int cols, Matrix* out) {
-  absl::StatusOr<TensorView> t = file_->get(name);
+  absl::StatusOr<TensorView> t = files_->get(name);
   const bool keep = options_.keep_bf16 && t.ok() && t->dtype == DType::kBF16 &&
                     t->shape == std::vector<int64_t>{rows, cols} &&
                     reinterpret_cast<uintptr_t>(t->bytes.data()) % alignof(uint16_t) == 0;
@@ -102,7 +117,7 @@ absl::Status LoadedModel::projection(const std::string& name, int rows, int cols
   const auto* bits = reinterpret_cast<const uint16_t*>(t->bytes.data());
   for (int64_t i = 0; i < t->numel(); ++i) {
     if ((bits[i] & 0x7f80u) == 0x7f80u) {  // all exponent bits: inf or NaN
-      return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": tensor '", name,
+      return absl::InvalidArgumentError(absl::StrCat(files_->path_of(name), ": tensor '", name,
                                                      "': non-finite value ", bf16_to_float(bits[i]),
                                                      " at element ", i));
     }
@@ -121,38 +136,44 @@ absl::Status LoadedModel::vector(const std::string& name, int n, std::span<const
 absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
   const ModelConfig& c = config_;
   const int a = c.n_heads * c.head_dim;
-  const std::string p = absl::StrCat("layers.", l, ".");
-  FPA_RETURN_IF_ERROR(vector(p + "attn_norm.weight", c.d_model, &w->attn_norm));
-  FPA_RETURN_IF_ERROR(projection(p + "attn.wq", a, c.d_model, &w->wq));
-  FPA_RETURN_IF_ERROR(projection(p + "attn.wk", a, c.d_model, &w->wk));
-  FPA_RETURN_IF_ERROR(projection(p + "attn.wv", a, c.d_model, &w->wv));
-  FPA_RETURN_IF_ERROR(projection(p + "attn.wo", c.d_model, a, &w->wo));
+  const LayerNames n = layer_names(c.layout, l);
+  FPA_RETURN_IF_ERROR(vector(n.attn_norm, c.d_model, &w->attn_norm));
+  FPA_RETURN_IF_ERROR(projection(n.wq, a, c.d_model, &w->wq));
+  FPA_RETURN_IF_ERROR(projection(n.wk, a, c.d_model, &w->wk));
+  FPA_RETURN_IF_ERROR(projection(n.wv, a, c.d_model, &w->wv));
+  FPA_RETURN_IF_ERROR(projection(n.wo, c.d_model, a, &w->wo));
   w->beta.assign(c.n_heads, c.attention == AttentionKind::kFox ? 1.0f : 0.0f);
   if (c.attention != AttentionKind::kSoftmax) {
-    FPA_RETURN_IF_ERROR(matrix(p + "attn.field_w", c.n_heads, c.d_model, &w->field_w));
-    FPA_RETURN_IF_ERROR(vector(p + "attn.field_b", c.n_heads, &w->field_b));
+    FPA_RETURN_IF_ERROR(matrix(n.field_w, c.n_heads, c.d_model, &w->field_w));
+    FPA_RETURN_IF_ERROR(vector(n.field_b, c.n_heads, &w->field_b));
   }
   if (c.free_levels) {
-    FPA_RETURN_IF_ERROR(matrix(p + "attn.level_w", c.n_heads, c.d_model, &w->level_w));
-    FPA_RETURN_IF_ERROR(vector(p + "attn.level_b", c.n_heads, &w->level_b));
+    FPA_RETURN_IF_ERROR(matrix(n.level_w, c.n_heads, c.d_model, &w->level_w));
+    FPA_RETURN_IF_ERROR(vector(n.level_b, c.n_heads, &w->level_b));
   }
   if (c.attention == AttentionKind::kFpa) {
     std::span<const float> beta_raw;
-    FPA_RETURN_IF_ERROR(vector(p + "attn.beta_raw", c.n_heads, &beta_raw));
+    FPA_RETURN_IF_ERROR(vector(n.beta_raw, c.n_heads, &beta_raw));
     for (int h = 0; h < c.n_heads; ++h) w->beta[h] = softplus(beta_raw[h]);
   }
-  FPA_RETURN_IF_ERROR(vector(p + "mlp_norm.weight", c.d_model, &w->mlp_norm));
-  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_gate", c.d_ff, c.d_model, &w->w_gate));
-  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_up", c.d_ff, c.d_model, &w->w_up));
-  FPA_RETURN_IF_ERROR(projection(p + "mlp.w_down", c.d_model, c.d_ff, &w->w_down));
+  FPA_RETURN_IF_ERROR(vector(n.mlp_norm, c.d_model, &w->mlp_norm));
+  if (n.gate_up.empty()) {
+    FPA_RETURN_IF_ERROR(projection(n.w_gate, c.d_ff, c.d_model, &w->w_gate));
+    FPA_RETURN_IF_ERROR(projection(n.w_up, c.d_ff, c.d_model, &w->w_up));
+  } else {
+    Matrix fused;
+    FPA_RETURN_IF_ERROR(projection(n.gate_up, 2 * c.d_ff, c.d_model, &fused));
+    std::tie(w->w_gate, w->w_up) = split_rows(fused);
+  }
+  FPA_RETURN_IF_ERROR(projection(n.w_down, c.d_model, c.d_ff, &w->w_down));
   return absl::OkStatus();
 }
 
 absl::Status LoadedModel::check_no_extra_tensors() const {
-  for (const auto& [name, view] : file_->tensors()) {
+  for (const auto& [name, file] : files_->tensors()) {
     if (!used_.contains(name)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(file_->path(), ": unexpected tensor '", name, "' for a ",
+          absl::StrCat(file->path(), ": unexpected tensor '", name, "' for a ",
                        attention_kind_name(config_.attention), " model with this config"));
     }
   }
@@ -167,18 +188,18 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
   absl::StatusOr<ModelConfig> config = parse_model_config(*text, config_path);
   if (!config.ok()) return config.status();
   config_ = *std::move(config);
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-      SafetensorsFile::open(dir + "/model.safetensors");
-  if (!file.ok()) return file.status();
-  file_ = *std::move(file);
+  absl::StatusOr<TensorFiles> files = TensorFiles::open(dir);
+  if (!files.ok()) return files.status();
+  files_ = *std::move(files);
 
   const ModelConfig& c = config_;
-  FPA_RETURN_IF_ERROR(matrix("embed.weight", c.vocab_size, c.d_model, &embed_));
+  const WeightNames names = weight_names(c.layout);
+  FPA_RETURN_IF_ERROR(matrix(names.embed, c.vocab_size, c.d_model, &embed_));
   layers_.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) FPA_RETURN_IF_ERROR(load_layer(l, &layers_[l]));
-  FPA_RETURN_IF_ERROR(vector("final_norm.weight", c.d_model, &final_norm_));
+  FPA_RETURN_IF_ERROR(vector(names.final_norm, c.d_model, &final_norm_));
   if (!c.tie_embeddings) {
-    FPA_RETURN_IF_ERROR(projection("lm_head.weight", c.vocab_size, c.d_model, &lm_head_));
+    FPA_RETURN_IF_ERROR(projection(names.lm_head, c.vocab_size, c.d_model, &lm_head_));
   }
   FPA_RETURN_IF_ERROR(check_no_extra_tensors());
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = load_tokenizer(dir, c);

@@ -16,6 +16,12 @@ namespace fpa {
 
 enum class AttentionKind { kFpa, kFox, kSoftmax };
 
+// Where the weights are and what they are called (docs/model-format.md).
+enum class WeightLayout {
+  kFpaServe,     // fpa-serve/1: layers.L.attn.wq, ...
+  kHuggingFace,  // the Forgetting Transformer family: model.layers.L.attn.q_proj.weight, ...
+};
+
 struct ModelConfig {
   int vocab_size = 0;
   int d_model = 0;
@@ -33,6 +39,7 @@ struct ModelConfig {
   int bos_id = 256;
   int eos_id = 257;
   int pad_id = 258;
+  WeightLayout layout = WeightLayout::kFpaServe;
   std::string raw_json;  // the whole config.json, for ModelInfo
 };
 

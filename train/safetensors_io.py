@@ -16,15 +16,17 @@ _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
 def save(path, tensors: dict, metadata: dict | None = None) -> None:
-    """Writes tensors (torch tensors or numpy arrays), sorted by name, with string metadata."""
+    """Writes tensors (torch tensors or numpy arrays), sorted by name, with string metadata.
+    bfloat16 torch tensors are written as BF16 (numpy has no bfloat16: their bits as int16)."""
     arrays = {name: _to_numpy(t) for name, t in sorted(tensors.items())}
     header, offset = {}, 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, a in arrays.items():
-        if a.dtype not in _NAMES:
+        bf16 = isinstance(tensors[name], torch.Tensor) and tensors[name].dtype == torch.bfloat16
+        if a.dtype not in _NAMES and not bf16:
             raise ValueError(f"{name}: unsupported dtype {a.dtype}")
-        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape),
+        header[name] = {"dtype": "BF16" if bf16 else _NAMES[a.dtype], "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -50,12 +52,15 @@ def load(path) -> tuple[dict, dict]:
     data = memoryview(blob)[8 + n:]
     out = {}
     for name, info in header.items():
-        dt = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
+        bf16 = info["dtype"] == "BF16"
+        dt = np.dtype(np.int16 if bf16 else _DTYPES[info["dtype"]]).newbyteorder("<")
         start, end = info["data_offsets"]
         if end > len(data) or end - start != dt.itemsize * int(np.prod(info["shape"])):
             raise ValueError(f"{path}: tensor {name} has bad data offsets")
         a = np.frombuffer(data[start:end], dtype=dt).reshape(info["shape"])
         out[name] = torch.from_numpy(a.astype(a.dtype.newbyteorder("="), copy=True))
+        if bf16:
+            out[name] = out[name].view(torch.bfloat16)
     return out, meta
 
 
@@ -64,5 +69,7 @@ def _to_numpy(t) -> np.ndarray:
         t = t.detach().cpu()
         if t.dtype == torch.bool:
             t = t.to(torch.uint8)
+        if t.dtype == torch.bfloat16:
+            t = t.contiguous().view(torch.int16)
         return np.ascontiguousarray(t.numpy())
     return np.ascontiguousarray(t)

@@ -66,6 +66,11 @@ def requests():
             r("\u00e9t\u00e9 \u2603", eviction_policy="window")]
 
 
+# Texts for the tokenizer: merges, escapes, emoji, whitespace runs, invalid UTF-8.
+TEXTS = ["the there  \u00e9\\u00e9 \U0001F600\n\n x".encode(),
+         b"a\xff\xc3b   \t\"\\", "\u4e2d\u6587 \u0440\u0443\u0441 123".encode()]
+
+
 def write(target, name, data):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -83,6 +88,8 @@ def main():
         write("model_dir", name, struct.pack("<I", len(config)) + config + weights)
     for i, req in enumerate(requests()):
         write("request", f"request-{i}.pb", req.SerializeToString())
+    for i, text in enumerate(TEXTS):
+        write("tokenizer", f"text-{i}.txt", text)
 
 
 if __name__ == "__main__":

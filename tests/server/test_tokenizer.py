@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import TEST_MODEL
+from conftest import REPO, TEST_MODEL, solo_generate
 
 
 def spell(b: int) -> str:
@@ -68,3 +68,17 @@ def test_bpe_model_directory(make_server, bpe_model):
 def test_byte_model_says_byte(server):
     assert server.client.model_info().tokenizer == "byte"
     assert http_get(server, "/v1/models")["data"][0]["tokenizer"] == "byte"
+
+
+def test_hugging_face_fox_directory_serves(make_server):
+    """A FoX directory in the published Hugging Face format (tests/vectors/hf) serves as fox with
+    eviction, and the daemon's greedy tokens are the engine's own."""
+    model = os.path.join(REPO, "tests", "vectors", "hf", "fox_llama")
+    s = make_server(model=model)
+    info = s.client.model_info()
+    assert (info.attention, info.vocab_size, info.tokenizer) == ("fox", 320, "byte")
+    out = s.client.generate([256, 1, 2, 3, 4, 5, 6, 7], max_new_tokens=12, ignore_eos=True,
+                            eviction_policy="fpa", tau=2.0)
+    assert list(out.token_ids) == solo_generate([256, 1, 2, 3, 4, 5, 6, 7], model=model,
+                                                max_new_tokens=12, tau=2.0)
+    assert out.usage.live_fraction < 1.0
