@@ -22,6 +22,10 @@ LayerNames layer_names(WeightLayout layout, int layer) {
     n.wo = p + "attn.o_proj.weight";
     n.field_w = p + "attn.fgate_proj.weight";  // log f = logsigmoid(fgate_proj x)
     n.field_b = p + "attn.fgate_proj.bias";
+    n.q_norm = p + "attn.q_norm.weight";
+    n.k_norm = p + "attn.k_norm.weight";
+    n.ogate = p + "attn.ogate_proj.weight";
+    n.out_norm = p + "attn.output_norm.weight";
     n.mlp_norm = p + "mlp_norm.weight";
     n.gate_up = p + "mlp.gate_proj.weight";  // gate, y = gate_proj(x).chunk(2)
     n.w_down = p + "mlp.down_proj.weight";

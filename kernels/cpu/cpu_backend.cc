@@ -1,6 +1,7 @@
 // The CPU backend: dense work through BLAS over the whole batch, attention per stream on
 // the backend's thread pool, cache bookkeeping (evict, insert) on the calling thread.
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -53,6 +54,8 @@ class CpuBackend : public Backend {
   void walk_field(int l, const Batch& b);
   void gather_pages(int l, const Batch& b);
   void attend(int l, const Batch& b);
+  void norm_heads(float* x, int n, std::span<const float> weight, float eps);
+  void gate_output(const LayerWeights& w, int n);
   absl::Status update_cache(int l, const Batch& b);
   void mlp_block(const LayerWeights& w, int n);
   void norm(const float* x, int n, std::span<const float> weight, float* y);
@@ -175,6 +178,7 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   gather_pages(l, b);
   attend(l, b);
   FPA_RETURN_IF_ERROR(update_cache(l, b));
+  gate_output(w, b.tokens());
   linear(o_.data(), b.tokens(), w.wo, h_.data(), /*accumulate=*/true);
   return absl::OkStatus();
 }
@@ -185,6 +189,10 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
   linear(x_.data(), n, w.wq, q_.data());
   linear(x_.data(), n, w.wk, k_.data());
   linear(x_.data(), n, w.wv, v_.data());
+  if (c_.qk_norm) {  // FoX Pro: GroupNorm's default eps, not norm_eps
+    norm_heads(q_.data(), n, w.q_norm, 1e-5f);
+    norm_heads(k_.data(), n, w.k_norm, 1e-5f);
+  }
   if (c_.rope_theta > 0.0f) {
     cpu::for_row_blocks(&pool_, n, 4L * n * width(), [&](int r0, int rows) {
       for (int r = r0; r < r0 + rows; ++r) {
@@ -202,6 +210,35 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
       d_[t * nh + h] += w.field_b[h];
       if (c_.free_levels) u_[t * nh + h] += w.level_b[h];
     }
+  }
+}
+
+// RMSNorm of each head's slice of x [n, width] in place: weight is [width] (one scale per
+// head) or [head_dim] (shared by every head).
+void CpuBackend::norm_heads(float* x, int n, std::span<const float> weight, float eps) {
+  const int hd = c_.head_dim, nh = c_.n_heads;
+  const bool shared = static_cast<int>(weight.size()) == hd;
+  cpu::for_row_blocks(&pool_, n, 2L * n * width(), [&](int r0, int rows) {
+    for (int r = r0; r < r0 + rows; ++r) {
+      for (int h = 0; h < nh; ++h) {
+        float* head = x + static_cast<long>(r) * width() + h * hd;
+        cpu::rmsnorm(head, 1, weight.subspan(shared ? 0 : h * hd, hd), eps, head);
+      }
+    }
+  });
+}
+
+// FoX Pro's output stage: o = norm_heads(o) (output_norm), then o *= act(ogate x)
+// (output_gate), before wo.
+void CpuBackend::gate_output(const LayerWeights& w, int n) {
+  if (c_.output_norm) norm_heads(o_.data(), n, w.out_norm, c_.norm_eps);
+  if (!c_.output_gate) return;
+  linear(x_.data(), n, w.ogate, q_.data());  // q_ is free once attention has run
+  const long count = static_cast<long>(n) * width();
+  for (long i = 0; i < count; ++i) {
+    const float g = q_[i];
+    const float sig = 1.0f / (1.0f + std::exp(-g));
+    o_[i] *= c_.output_gate_silu ? g * sig : sig;
   }
 }
 

@@ -148,8 +148,7 @@ absl::StatusOr<ModelConfig> parse(const json& changes) {
 }
 
 TEST(HfConfig, UnimplementedOptionsAreRefusedNamingTheKey) {
-  for (const char* key : {"qk_norm", "use_output_gate", "use_output_norm", "use_k_shift",
-                          "use_v_shift", "use_rope"}) {
+  for (const char* key : {"use_k_shift", "use_v_shift", "use_rope"}) {
     auto c = parse({{key, true}});
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos)
@@ -159,12 +158,24 @@ TEST(HfConfig, UnimplementedOptionsAreRefusedNamingTheKey) {
                             {"fgate_type", "bias_only"},
                             {"hidden_act", "sigmoid"},
                             {"window_size", 128},
-                            {"some_new_option", 1}}) {
+                            {"some_new_option", 1},
+                            {"ogate_act", "relu"}}) {
     auto c = parse({{key, value}});
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos)
         << c.status();
   }
+}
+
+TEST(HfConfig, FoxProOptionsBesidesTheShiftAreRead) {
+  auto c = parse({{"qk_norm", true}, {"use_output_gate", true}, {"use_output_norm", true}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm && c->output_gate && c->output_norm);
+  EXPECT_FALSE(c->qk_norm_shared || c->output_gate_silu);
+  // The published code asserts a sigmoid gate on a normed output.
+  c = parse({{"use_output_gate", true}, {"use_output_norm", true}, {"ogate_act", "silu"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'ogate_act'"), std::string::npos) << c.status();
 }
 
 TEST(HfConfig, PublishedDefaultsAndTheMlpWidthRule) {
