@@ -53,11 +53,8 @@ absl::Status require(const JsonFields& f, const char* key, const json& value,
 
 // The Pro options of FoX and the forget gate's variants.
 absl::Status read_fox_options(const JsonFields& f, ModelConfig& c) {
-  // TODO(issue 25): key/value shift (ShiftLinear), with its per-sequence state carried through
-  // chunked prefill, preemption, recompute and the prefix cache.
-  for (const char* key : {"use_k_shift", "use_v_shift"}) {
-    FPA_RETURN_IF_ERROR(require(f, key, false, "key/value shift is not implemented yet"));
-  }
+  FPA_RETURN_IF_ERROR(f.boolean("use_k_shift", &c.k_shift));
+  FPA_RETURN_IF_ERROR(f.boolean("use_v_shift", &c.v_shift));
   FPA_RETURN_IF_ERROR(f.boolean("qk_norm", &c.qk_norm));
   FPA_RETURN_IF_ERROR(f.boolean("qk_norm_share_param_across_head", &c.qk_norm_shared));
   FPA_RETURN_IF_ERROR(f.boolean("use_output_norm", &c.output_norm));

@@ -145,13 +145,15 @@ absl::Status LoadedModel::load_pro_options(const LayerNames& n, LayerWeights* w)
   }
   if (c.output_gate) FPA_RETURN_IF_ERROR(matrix(n.ogate, a, c.d_model, &w->ogate));
   if (c.output_norm) FPA_RETURN_IF_ERROR(vector(n.out_norm, a, &w->out_norm));
+  if (c.k_shift) FPA_RETURN_IF_ERROR(matrix(n.k_shift, c.n_heads, c.d_model, &w->k_shift));
+  if (c.v_shift) FPA_RETURN_IF_ERROR(matrix(n.v_shift, c.n_heads, c.d_model, &w->v_shift));
   return absl::OkStatus();
 }
 
 absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
   const ModelConfig& c = config_;
   const int a = c.n_heads * c.head_dim;
-  const LayerNames n = layer_names(c.layout, l);
+  const LayerNames n = layer_names(c, l);
   FPA_RETURN_IF_ERROR(vector(n.attn_norm, c.d_model, &w->attn_norm));
   FPA_RETURN_IF_ERROR(projection(n.wq, a, c.d_model, &w->wq));
   FPA_RETURN_IF_ERROR(projection(n.wk, a, c.d_model, &w->wk));

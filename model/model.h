@@ -46,7 +46,11 @@ struct ModelConfig {
   bool output_norm = false;       // the attention output RMS-normed per head (norm_eps)
   bool output_gate = false;       // ... then times act(ogate x), before wo
   bool output_gate_silu = false;  // act = silu (else sigmoid)
-  std::string raw_json;           // the whole config.json, for ModelInfo
+  // Key / value shift (ShiftLinear): row t of k (v) becomes a_t k'_{t-1} + (1 - a_t) k'_t per
+  // head, a = sigmoid(shift x), k' the projection; k'_{-1} = 0. The backend carries each
+  // sequence's last k' (v') row from one forward to the next.
+  bool k_shift = false, v_shift = false;
+  std::string raw_json;  // the whole config.json, for ModelInfo
 };
 
 // A row-major matrix [rows, cols] (PyTorch Linear layout [out, in]): float32, or, for a
@@ -77,6 +81,7 @@ struct LayerWeights {
   std::vector<float> beta;           // [H]: softplus(beta_raw) for fpa, 1 for fox, 0 for softmax
   std::span<const float> q_norm, k_norm;  // [A], or [head_dim] when shared (qk_norm)
   Matrix ogate;                           // [A, d_model] (output_gate)
+  Matrix k_shift, v_shift;                // [H, d_model] (k_shift, v_shift)
   std::span<const float> out_norm;        // [A] (output_norm)
   std::span<const float> mlp_norm;        // [d_model]
   Matrix w_gate, w_up;                    // [d_ff, d_model]

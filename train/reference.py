@@ -101,7 +101,7 @@ def rope(x, pos, theta: float):
 
 
 # TODO(issue 25): FoX Pro's QK-norm, output gate + GroupRMSNorm and key/value shift here too (the
-# C++ side of the first three is checked against the published FoX code itself, tests/vectors/hf).
+# C++ side of them is checked against the published FoX code itself, tests/vectors/hf).
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()

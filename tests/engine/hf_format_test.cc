@@ -148,7 +148,7 @@ absl::StatusOr<ModelConfig> parse(const json& changes) {
 }
 
 TEST(HfConfig, UnimplementedOptionsAreRefusedNamingTheKey) {
-  for (const char* key : {"use_k_shift", "use_v_shift", "use_rope"}) {
+  for (const char* key : {"use_rope"}) {
     auto c = parse({{key, true}});
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos)
