@@ -228,6 +228,13 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
                                                    " tokens, more than vocab_size ", c.vocab_size));
   }
   tokenizer_ = *std::move(tokenizer);
+  // The published configs keep PretrainedConfig's bos 1 / eos 2 while their LongCrawl64
+  // tokenizer's document separator (<|endoftext|>) is both: the tokenizer's ids are the ones
+  // the data used.
+  if (c.layout == WeightLayout::kHuggingFace) {
+    config_.bos_id = tokenizer_->special().bos.value_or(c.bos_id);
+    config_.eos_id = tokenizer_->special().eos.value_or(c.eos_id);
+  }
   return absl::OkStatus();
 }
 

@@ -197,6 +197,27 @@ TEST(HfConfig, PublishedDefaultsAndTheMlpWidthRule) {
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
 }
 
+TEST(HfFormat, TheTokenizersBosAndEosWinOverThePublishedConfigDefaults) {
+  TempDir d;
+  ModelFiles hf = to_hf(::fpa::testing::random_model("fox", "tied", 10, kDims), true);
+  hf.config.erase("bos_token_id");  // as the published configs: PretrainedConfig's 1 and 2
+  hf.config.erase("eos_token_id");
+  ::fpa::testing::write_model(d.path(), hf);
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[::fpa::testing::spell(static_cast<unsigned char>(b))] = b;
+  vocab["<|endoftext|>"] = 258;
+  std::ofstream(d.path() + "/vocab.json") << vocab.dump();
+  std::ofstream(d.path() + "/merges.txt") << "#version: 0.2\n";
+  std::ofstream(d.path() + "/tokenizer_config.json")
+      << json{{"tokenizer_class", "JSONGPT2Tokenizer"}, {"add_bos_token", true}}.dump();
+  auto m = Model::load(d.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().bos_id, 258);  // GPT2Tokenizer's default: <|endoftext|>
+  EXPECT_EQ((*m)->config().eos_id, 258);
+  EXPECT_EQ((*m)->tokenizer().kind(), "bpe-json");
+  EXPECT_EQ((*m)->tokenizer().encode("a")[0], 258);
+}
+
 TEST(HfFormat, PytorchBinIsRefusedWithTheWayToConvertIt) {
   TempDir d;
   const ModelFiles hf = to_hf(::fpa::testing::random_model("fox", "tied", 9, kDims), true);

@@ -54,6 +54,8 @@ def http_get(server, path):
 
 def test_bpe_model_directory(make_server, bpe_model):
     s = make_server(model=bpe_model)
+    info = s.client.model_info()
+    assert (info.bos_id, info.eos_id) == (256, 257)  # the fpa-serve/1 config's, not the files'
     assert s.client.tokenize("hello h\u00e9") == [258, 256, 257, ord("o"), ord(" "), ord("h"),
                                                    0xC3, 0xA9]
     assert s.client.model_info().tokenizer == "bpe"
