@@ -52,13 +52,20 @@ absl::Status require(const JsonFields& f, const char* key, const json& value,
 }
 
 // The Pro options of FoX and the forget gate's variants.
-absl::Status read_fox_options(const JsonFields& f) {
-  // TODO(issue 25): QK-norm, the output gate and GroupRMSNorm, and key/value shift (FoX Pro) in
-  // the CPU backend and the CUDA kernels, with their per-sequence shift state.
-  for (const char* key :
-       {"use_output_gate", "use_output_norm", "qk_norm", "use_k_shift", "use_v_shift"}) {
-    FPA_RETURN_IF_ERROR(require(f, key, false, "FoX Pro's options are not implemented yet"));
+absl::Status read_fox_options(const JsonFields& f, ModelConfig& c) {
+  FPA_RETURN_IF_ERROR(f.boolean("use_k_shift", &c.k_shift));
+  FPA_RETURN_IF_ERROR(f.boolean("use_v_shift", &c.v_shift));
+  FPA_RETURN_IF_ERROR(f.boolean("qk_norm", &c.qk_norm));
+  FPA_RETURN_IF_ERROR(f.boolean("qk_norm_share_param_across_head", &c.qk_norm_shared));
+  FPA_RETURN_IF_ERROR(f.boolean("use_output_norm", &c.output_norm));
+  FPA_RETURN_IF_ERROR(f.boolean("use_output_gate", &c.output_gate));
+  std::string act = "sigmoid";
+  FPA_RETURN_IF_ERROR(f.string("ogate_act", &act));
+  if (act != "sigmoid" && act != "silu") return f.error("ogate_act", "must be sigmoid or silu");
+  if (c.output_norm && c.output_gate && act != "sigmoid") {
+    return f.error("ogate_act", "must be sigmoid with use_output_norm (the published code's too)");
   }
+  c.output_gate_silu = act == "silu";
   FPA_RETURN_IF_ERROR(require(f, "fgate_type", "full", "only the data-dependent forget gate"));
   FPA_RETURN_IF_ERROR(require(f, "fgate_bias_init", false, "bias-only forget gates"));
   for (const char* key : {"decay_time_min", "decay_time_max"}) {
@@ -136,7 +143,7 @@ absl::StatusOr<ModelConfig> parse_hf_config(const json& j, const std::string& js
   FPA_RETURN_IF_ERROR(f.integer("eos_token_id", &c.eos_id, 0, c.vocab_size - 1));
   FPA_RETURN_IF_ERROR(f.integer("max_position_embeddings", &c.train_len, 0, 1 << 24));
   if (fox) {
-    FPA_RETURN_IF_ERROR(read_fox_options(f));
+    FPA_RETURN_IF_ERROR(read_fox_options(f, c));
   } else {
     bool rope = true;
     c.rope_theta = 500000.0f;

@@ -42,6 +42,7 @@ class LoadedModel : public Model {
   absl::Status projection(const std::string& name, int rows, int cols, Matrix* out);
   absl::Status vector(const std::string& name, int n, std::span<const float>* out);
   absl::Status load_layer(int l, LayerWeights* w);
+  absl::Status load_pro_options(const LayerNames& n, LayerWeights* w);
   absl::Status check_no_extra_tensors() const;
 
   ModelConfig config_;
@@ -133,10 +134,26 @@ absl::Status LoadedModel::vector(const std::string& name, int n, std::span<const
   return absl::OkStatus();
 }
 
+// FoX Pro's per-layer weights, those its config asks for.
+absl::Status LoadedModel::load_pro_options(const LayerNames& n, LayerWeights* w) {
+  const ModelConfig& c = config_;
+  const int a = c.n_heads * c.head_dim;
+  if (c.qk_norm) {
+    const int len = c.qk_norm_shared ? c.head_dim : a;
+    FPA_RETURN_IF_ERROR(vector(n.q_norm, len, &w->q_norm));
+    FPA_RETURN_IF_ERROR(vector(n.k_norm, len, &w->k_norm));
+  }
+  if (c.output_gate) FPA_RETURN_IF_ERROR(matrix(n.ogate, a, c.d_model, &w->ogate));
+  if (c.output_norm) FPA_RETURN_IF_ERROR(vector(n.out_norm, a, &w->out_norm));
+  if (c.k_shift) FPA_RETURN_IF_ERROR(matrix(n.k_shift, c.n_heads, c.d_model, &w->k_shift));
+  if (c.v_shift) FPA_RETURN_IF_ERROR(matrix(n.v_shift, c.n_heads, c.d_model, &w->v_shift));
+  return absl::OkStatus();
+}
+
 absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
   const ModelConfig& c = config_;
   const int a = c.n_heads * c.head_dim;
-  const LayerNames n = layer_names(c.layout, l);
+  const LayerNames n = layer_names(c, l);
   FPA_RETURN_IF_ERROR(vector(n.attn_norm, c.d_model, &w->attn_norm));
   FPA_RETURN_IF_ERROR(projection(n.wq, a, c.d_model, &w->wq));
   FPA_RETURN_IF_ERROR(projection(n.wk, a, c.d_model, &w->wk));
@@ -156,6 +173,7 @@ absl::Status LoadedModel::load_layer(int l, LayerWeights* w) {
     FPA_RETURN_IF_ERROR(vector(n.beta_raw, c.n_heads, &beta_raw));
     for (int h = 0; h < c.n_heads; ++h) w->beta[h] = softplus(beta_raw[h]);
   }
+  FPA_RETURN_IF_ERROR(load_pro_options(n, w));
   FPA_RETURN_IF_ERROR(vector(n.mlp_norm, c.d_model, &w->mlp_norm));
   if (n.gate_up.empty()) {
     FPA_RETURN_IF_ERROR(projection(n.w_gate, c.d_ff, c.d_model, &w->w_gate));
@@ -210,6 +228,13 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
                                                    " tokens, more than vocab_size ", c.vocab_size));
   }
   tokenizer_ = *std::move(tokenizer);
+  // The published configs keep PretrainedConfig's bos 1 / eos 2 while their LongCrawl64
+  // tokenizer's document separator (<|endoftext|>) is both: the tokenizer's ids are the ones
+  // the data used.
+  if (c.layout == WeightLayout::kHuggingFace) {
+    config_.bos_id = tokenizer_->special().bos.value_or(c.bos_id);
+    config_.eos_id = tokenizer_->special().eos.value_or(c.eos_id);
+  }
   return absl::OkStatus();
 }
 

@@ -40,6 +40,16 @@ struct ModelConfig {
   int eos_id = 257;
   int pad_id = 258;
   WeightLayout layout = WeightLayout::kFpaServe;
+  // FoX Pro's options (Hugging Face format; docs/model-format.md).
+  bool qk_norm = false;           // q and k RMS-normed per head (eps 1e-5), before attention
+  bool qk_norm_shared = false;    // ... with one [head_dim] scale for every head
+  bool output_norm = false;       // the attention output RMS-normed per head (norm_eps)
+  bool output_gate = false;       // ... then times act(ogate x), before wo
+  bool output_gate_silu = false;  // act = silu (else sigmoid)
+  // Key / value shift (ShiftLinear): row t of k (v) becomes a_t k'_{t-1} + (1 - a_t) k'_t per
+  // head, a = sigmoid(shift x), k' the projection; k'_{-1} = 0. The backend carries each
+  // sequence's last k' (v') row from one forward to the next.
+  bool k_shift = false, v_shift = false;
   std::string raw_json;  // the whole config.json, for ModelInfo
 };
 
@@ -69,9 +79,13 @@ struct LayerWeights {
   Matrix level_w;                    // [H, d_model] (free levels; else empty)
   std::span<const float> level_b;    // [H]
   std::vector<float> beta;           // [H]: softplus(beta_raw) for fpa, 1 for fox, 0 for softmax
-  std::span<const float> mlp_norm;   // [d_model]
-  Matrix w_gate, w_up;               // [d_ff, d_model]
-  Matrix w_down;                     // [d_model, d_ff]
+  std::span<const float> q_norm, k_norm;  // [A], or [head_dim] when shared (qk_norm)
+  Matrix ogate;                           // [A, d_model] (output_gate)
+  Matrix k_shift, v_shift;                // [H, d_model] (k_shift, v_shift)
+  std::span<const float> out_norm;        // [A] (output_norm)
+  std::span<const float> mlp_norm;        // [d_model]
+  Matrix w_gate, w_up;                    // [d_ff, d_model]
+  Matrix w_down;                          // [d_model, d_ff]
 };
 
 // A layer's projections: the matrices bf16 weights apply to (the field's stay float32).

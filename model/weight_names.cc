@@ -11,9 +11,9 @@ WeightNames weight_names(WeightLayout layout) {
   return {"embed.weight", "final_norm.weight", "lm_head.weight"};
 }
 
-LayerNames layer_names(WeightLayout layout, int layer) {
+LayerNames layer_names(const ModelConfig& config, int layer) {
   LayerNames n;
-  if (layout == WeightLayout::kHuggingFace) {
+  if (config.layout == WeightLayout::kHuggingFace) {
     const std::string p = absl::StrCat("model.layers.", layer, ".");
     n.attn_norm = p + "attn_norm.weight";
     n.wq = p + "attn.q_proj.weight";
@@ -22,6 +22,19 @@ LayerNames layer_names(WeightLayout layout, int layer) {
     n.wo = p + "attn.o_proj.weight";
     n.field_w = p + "attn.fgate_proj.weight";  // log f = logsigmoid(fgate_proj x)
     n.field_b = p + "attn.fgate_proj.bias";
+    n.q_norm = p + "attn.q_norm.weight";
+    n.k_norm = p + "attn.k_norm.weight";
+    n.ogate = p + "attn.ogate_proj.weight";
+    n.out_norm = p + "attn.output_norm.weight";
+    // A shifted projection is a ShiftLinear: its Linear and its shift_proj (no bias).
+    if (config.k_shift) {
+      n.wk = p + "attn.k_proj.linear.weight";
+      n.k_shift = p + "attn.k_proj.shift_proj.weight";
+    }
+    if (config.v_shift) {
+      n.wv = p + "attn.v_proj.linear.weight";
+      n.v_shift = p + "attn.v_proj.shift_proj.weight";
+    }
     n.mlp_norm = p + "mlp_norm.weight";
     n.gate_up = p + "mlp.gate_proj.weight";  // gate, y = gate_proj(x).chunk(2)
     n.w_down = p + "mlp.down_proj.weight";

@@ -127,6 +127,12 @@ int serve(const ServeOptions& o) {
     return 1;
   }
   const ModelConfig& config = (*model)->config();
+  // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
+  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
+    std::cerr << "fpa-serve: --prefix-cache: the model's key/value shift (use_k_shift, "
+                 "use_v_shift) does not work with the prefix cache yet; leave it at 0\n";
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda);
   if (!kv.ok()) {
     std::cerr << "fpa-serve: " << kv.status().message() << "\n";

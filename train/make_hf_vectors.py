@@ -254,9 +254,17 @@ CASES = {
     # The Transformer baseline: RoPE, tied.
     "transformer": ("transformer", dict(SMALL, tie_word_embeddings=True, rope_base=10000.0),
                     None),
-    # FoX Pro: every Pro option (fpa-serve refuses it until they are implemented).
+    # FoX Pro: every Pro option (fpa-serve refuses key/value shift until it is implemented).
     "fox_pro": ("fox", dict(SMALL, use_output_gate=True, use_output_norm=True, qk_norm=True,
                             use_k_shift=True, use_v_shift=True, hidden_ratio=3.5), 6.0),
+    # FoX Pro less the shift: QK-norm, the output gate and its GroupRMSNorm.
+    "fox_pro_noshift": ("fox", dict(SMALL, use_output_gate=True, use_output_norm=True,
+                                    qk_norm=True, hidden_ratio=3.5), 6.0),
+    # The older checkpoints' QK-norm scale shared across heads; the output norm alone.
+    "fox_qknorm_shared": ("fox", dict(SMALL, qk_norm=True, qk_norm_share_param_across_head=True,
+                                      use_output_norm=True), 6.0),
+    # The output gate alone, with silu (the published swiglu_linear path).
+    "fox_ogate_silu": ("fox", dict(SMALL, use_output_gate=True, ogate_act="silu"), 6.0),
 }
 
 

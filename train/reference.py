@@ -100,6 +100,8 @@ def rope(x, pos, theta: float):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+# TODO(issue 25): FoX Pro's QK-norm, output gate + GroupRMSNorm and key/value shift here too (the
+# C++ side of them is checked against the published FoX code itself, tests/vectors/hf).
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()

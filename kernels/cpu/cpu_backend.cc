@@ -1,6 +1,7 @@
 // The CPU backend: dense work through BLAS over the whole batch, attention per stream on
 // the backend's thread pool, cache bookkeeping (evict, insert) on the calling thread.
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/shift_state.h"
 #include "model/status_macros.h"
 
 namespace fpa {
@@ -35,7 +37,11 @@ struct Batch {
 class CpuBackend : public Backend {
  public:
   CpuBackend(const Model& model, KvCache& cache, int threads, CpuWeights weights)
-      : model_(model), c_(model.config()), cache_(cache), pool_(threads) {
+      : model_(model),
+        c_(model.config()),
+        cache_(cache),
+        pool_(threads),
+        shift_(c_.n_layers, c_.n_heads * c_.head_dim) {
     if (weights == CpuWeights::kBf16) round_weights();
   }
 
@@ -49,10 +55,13 @@ class CpuBackend : public Backend {
   absl::Status validate(const Batch& b, std::span<float> logits, const ForwardTrace* t) const;
   void resize(int n);
   absl::Status attention_block(int l, const Batch& b);
-  void project(const LayerWeights& w, const Batch& b);
+  void project(const LayerWeights& w, const Batch& b, int l);
+  void shift(const Matrix& gate, float* y, const Batch& b, int l, int which);
   void walk_field(int l, const Batch& b);
   void gather_pages(int l, const Batch& b);
   void attend(int l, const Batch& b);
+  void norm_heads(float* x, int n, std::span<const float> weight, float eps);
+  void gate_output(const LayerWeights& w, int n);
   absl::Status update_cache(int l, const Batch& b);
   void mlp_block(const LayerWeights& w, int n);
   void norm(const float* x, int n, std::span<const float> weight, float* y);
@@ -67,10 +76,11 @@ class CpuBackend : public Backend {
   cpu::ThreadPool pool_;
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
-  std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_;
+  std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_, alpha_;
   std::vector<int> pos_;                      // row -> its token's position
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
+  cpu::ShiftStates shift_;                    // k_shift / v_shift models
   // With bf16 weights: each projection packed for oneDNN, by the model's matrix.
   absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
 };
@@ -129,7 +139,7 @@ void CpuBackend::resize(int n) {
   h_.resize(static_cast<size_t>(n) * c_.d_model);
   x_.resize(h_.size());
   for (auto* buf : {&q_, &k_, &v_, &o_}) buf->resize(a);
-  for (auto* buf : {&d_, &u_, &phi_, &lvl_, &acc_})
+  for (auto* buf : {&d_, &u_, &phi_, &lvl_, &acc_, &alpha_})
     buf->resize(static_cast<size_t>(n) * c_.n_heads);
   gate_.resize(static_cast<size_t>(n) * c_.d_ff);
   up_.resize(gate_.size());
@@ -144,6 +154,7 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
     b.mass.push_back(cache_.mass_rule(it.seq));
   }
   FPA_RETURN_IF_ERROR(validate(b, logits, trace));
+  if (c_.k_shift || c_.v_shift) FPA_RETURN_IF_ERROR(shift_.begin(items, cache_));
   const int n = b.tokens();
   resize(n);
   const Matrix& embed = model_.embed();
@@ -163,6 +174,7 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
     mlp_block(model_.layers()[l], n);
     if (trace != nullptr && trace->layer_outputs != nullptr) (*trace->layer_outputs)[l] = h_;
   }
+  if (c_.k_shift || c_.v_shift) shift_.end(items);
   write_logits(b, logits, trace != nullptr && trace->all_logits);
   return absl::OkStatus();
 }
@@ -170,21 +182,28 @@ absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<f
 absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   const LayerWeights& w = model_.layers()[l];
   norm(h_.data(), b.tokens(), w.attn_norm, x_.data());
-  project(w, b);
+  project(w, b, l);
   walk_field(l, b);
   gather_pages(l, b);
   attend(l, b);
   FPA_RETURN_IF_ERROR(update_cache(l, b));
+  gate_output(w, b.tokens());
   linear(o_.data(), b.tokens(), w.wo, h_.data(), /*accumulate=*/true);
   return absl::OkStatus();
 }
 
 // q, k, v (RoPE for softmax models) and the field's increments d and level offsets u.
-void CpuBackend::project(const LayerWeights& w, const Batch& b) {
+void CpuBackend::project(const LayerWeights& w, const Batch& b, int l) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
   linear(x_.data(), n, w.wq, q_.data());
   linear(x_.data(), n, w.wk, k_.data());
   linear(x_.data(), n, w.wv, v_.data());
+  if (c_.k_shift) shift(w.k_shift, k_.data(), b, l, 0);
+  if (c_.v_shift) shift(w.v_shift, v_.data(), b, l, 1);
+  if (c_.qk_norm) {  // FoX Pro: GroupNorm's default eps, not norm_eps
+    norm_heads(q_.data(), n, w.q_norm, 1e-5f);
+    norm_heads(k_.data(), n, w.k_norm, 1e-5f);
+  }
   if (c_.rope_theta > 0.0f) {
     cpu::for_row_blocks(&pool_, n, 4L * n * width(), [&](int r0, int rows) {
       for (int r = r0; r < r0 + rows; ++r) {
@@ -202,6 +221,45 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b) {
       d_[t * nh + h] += w.field_b[h];
       if (c_.free_levels) u_[t * nh + h] += w.level_b[h];
     }
+  }
+}
+
+// FoX Pro's key / value shift of y [tokens, width], each item continuing its own sequence.
+void CpuBackend::shift(const Matrix& gate, float* y, const Batch& b, int l, int which) {
+  linear(x_.data(), b.tokens(), gate, alpha_.data());
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    const long off = b.offset[i];
+    shift_.apply(b.items[i].seq, l, which, alpha_.data() + off * c_.n_heads, c_.n_heads,
+                 y + off * width(), b.len(i));
+  }
+}
+
+// RMSNorm of each head's slice of x [n, width] in place: weight is [width] (one scale per
+// head) or [head_dim] (shared by every head).
+void CpuBackend::norm_heads(float* x, int n, std::span<const float> weight, float eps) {
+  const int hd = c_.head_dim, nh = c_.n_heads;
+  const bool shared = static_cast<int>(weight.size()) == hd;
+  cpu::for_row_blocks(&pool_, n, 2L * n * width(), [&](int r0, int rows) {
+    for (int r = r0; r < r0 + rows; ++r) {
+      for (int h = 0; h < nh; ++h) {
+        float* head = x + static_cast<long>(r) * width() + h * hd;
+        cpu::rmsnorm(head, 1, weight.subspan(shared ? 0 : h * hd, hd), eps, head);
+      }
+    }
+  });
+}
+
+// FoX Pro's output stage: o = norm_heads(o) (output_norm), then o *= act(ogate x)
+// (output_gate), before wo.
+void CpuBackend::gate_output(const LayerWeights& w, int n) {
+  if (c_.output_norm) norm_heads(o_.data(), n, w.out_norm, c_.norm_eps);
+  if (!c_.output_gate) return;
+  linear(x_.data(), n, w.ogate, q_.data());  // q_ is free once attention has run
+  const long count = static_cast<long>(n) * width();
+  for (long i = 0; i < count; ++i) {
+    const float g = q_[i];
+    const float sig = 1.0f / (1.0f + std::exp(-g));
+    o_[i] *= c_.output_gate_silu ? g * sig : sig;
   }
 }
 

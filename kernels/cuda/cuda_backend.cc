@@ -635,6 +635,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
         "cuda backend: the model was loaded keeping its bf16 weights as stored (for the CPU "
         "backend); load it without LoadOptions::keep_bf16");
   }
+  // TODO(issue 25): FoX Pro's QK-norm, output gate / norm and key/value shift in the CUDA
+  // kernels.
+  const ModelConfig& c = model.config();
+  if (c.qk_norm || c.output_norm || c.output_gate || c.k_shift || c.v_shift) {
+    return absl::UnimplementedError(
+        "cuda backend: FoX Pro's qk_norm / use_output_norm / use_output_gate / use_k_shift / "
+        "use_v_shift run on the CPU backend only (--backend cpu)");
+  }
   FPA_RETURN_IF_ERROR(check_cache(model, cache, options));
   auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);
   FPA_RETURN_IF_ERROR(backend->init());

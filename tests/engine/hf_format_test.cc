@@ -148,8 +148,7 @@ absl::StatusOr<ModelConfig> parse(const json& changes) {
 }
 
 TEST(HfConfig, UnimplementedOptionsAreRefusedNamingTheKey) {
-  for (const char* key : {"qk_norm", "use_output_gate", "use_output_norm", "use_k_shift",
-                          "use_v_shift", "use_rope"}) {
+  for (const char* key : {"use_rope"}) {
     auto c = parse({{key, true}});
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos)
@@ -159,12 +158,24 @@ TEST(HfConfig, UnimplementedOptionsAreRefusedNamingTheKey) {
                             {"fgate_type", "bias_only"},
                             {"hidden_act", "sigmoid"},
                             {"window_size", 128},
-                            {"some_new_option", 1}}) {
+                            {"some_new_option", 1},
+                            {"ogate_act", "relu"}}) {
     auto c = parse({{key, value}});
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos)
         << c.status();
   }
+}
+
+TEST(HfConfig, FoxProOptionsBesidesTheShiftAreRead) {
+  auto c = parse({{"qk_norm", true}, {"use_output_gate", true}, {"use_output_norm", true}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm && c->output_gate && c->output_norm);
+  EXPECT_FALSE(c->qk_norm_shared || c->output_gate_silu);
+  // The published code asserts a sigmoid gate on a normed output.
+  c = parse({{"use_output_gate", true}, {"use_output_norm", true}, {"ogate_act", "silu"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'ogate_act'"), std::string::npos) << c.status();
 }
 
 TEST(HfConfig, PublishedDefaultsAndTheMlpWidthRule) {
@@ -184,6 +195,27 @@ TEST(HfConfig, PublishedDefaultsAndTheMlpWidthRule) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->attention, AttentionKind::kSoftmax);
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+}
+
+TEST(HfFormat, TheTokenizersBosAndEosWinOverThePublishedConfigDefaults) {
+  TempDir d;
+  ModelFiles hf = to_hf(::fpa::testing::random_model("fox", "tied", 10, kDims), true);
+  hf.config.erase("bos_token_id");  // as the published configs: PretrainedConfig's 1 and 2
+  hf.config.erase("eos_token_id");
+  ::fpa::testing::write_model(d.path(), hf);
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[::fpa::testing::spell(static_cast<unsigned char>(b))] = b;
+  vocab["<|endoftext|>"] = 258;
+  std::ofstream(d.path() + "/vocab.json") << vocab.dump();
+  std::ofstream(d.path() + "/merges.txt") << "#version: 0.2\n";
+  std::ofstream(d.path() + "/tokenizer_config.json")
+      << json{{"tokenizer_class", "JSONGPT2Tokenizer"}, {"add_bos_token", true}}.dump();
+  auto m = Model::load(d.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().bos_id, 258);  // GPT2Tokenizer's default: <|endoftext|>
+  EXPECT_EQ((*m)->config().eos_id, 258);
+  EXPECT_EQ((*m)->tokenizer().kind(), "bpe-json");
+  EXPECT_EQ((*m)->tokenizer().encode("a")[0], 258);
 }
 
 TEST(HfFormat, PytorchBinIsRefusedWithTheWayToConvertIt) {

@@ -1,6 +1,7 @@
 // Golden vectors from the published Forgetting Transformer code (tests/vectors/hf/, made by
 // train/make_hf_vectors.py running the FoX repository's model classes, only the CUDA kernels
-// replaced by plain PyTorch of the same formulas): the saved Hugging Face directories load, and
+// replaced by plain PyTorch of the same formulas): the saved Hugging Face directories (FoX LLaMA,
+// the Transformer baseline, FoX Pro and its options one by one) load, and
 // the CPU backend's logits match within 1e-4 through one-shot and chunked prefill and token-by-
 // token decode, with eviction off and, for FoX, at a tau where keys are evicted (then equal to the
 // published forward with those keys masked).
@@ -104,14 +105,24 @@ TEST_P(HfGolden, FoxEvictionEqualsThePublishedForwardWithThoseKeysMasked) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PublishedCode, HfGolden,
-                         ::testing::Values("fox_llama", "fox_tied", "transformer"));
+                         ::testing::Values("fox_llama", "fox_tied", "transformer", "fox_pro",
+                                           "fox_pro_noshift", "fox_qknorm_shared",
+                                           "fox_ogate_silu"));
 
-TEST(HfGoldenFoxPro, RefusedNamingTheFirstUnimplementedOption) {
-  // TODO(issue 25): serve it and match its logits (case.safetensors is already there).
-  auto model = Model::load(case_dir("fox_pro"));
-  ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.status().message().find("'use_output_gate'"), std::string::npos)
-      << model.status();
+// FoX Pro's shift needs the previous token's projections: a sequence that starts past 0 without
+// them (a fork, a prefix-cache hit) is refused, never computed wrong.
+TEST_P(HfGolden, ShiftWithoutTheStateOfThePreviousTokenIsAnError) {
+  if (!model_->config().k_shift) GTEST_SKIP() << "no key/value shift";
+  auto parent = cache_->add_sequence({.policy = cache::Policy::kNone});
+  ASSERT_TRUE(parent.ok());
+  std::vector<float> logits(static_cast<size_t>(5) * V());
+  const ForwardItem prompt{*parent, std::span(tokens_).subspan(0, 5), 0};
+  ASSERT_TRUE(backend_->forward({&prompt, 1}, logits, nullptr).ok());
+  auto child = cache_->fork(*parent);  // its cached keys, but not its shift rows
+  ASSERT_TRUE(child.ok()) << child.status();
+  const ForwardItem next{*child, std::span(tokens_).subspan(5, 1), 5};
+  const absl::Status s = backend_->forward({&next, 1}, logits, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
 }  // namespace

@@ -101,4 +101,27 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() { std::filesystem::remove_all(path_); }
 
+std::string spell(unsigned char b) {
+  static const std::vector<int> code_points = [] {
+    std::vector<int> printable, rest;
+    for (int c = 0; c < 256; ++c) {
+      bool p = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+      (p ? printable : rest).push_back(c);
+    }
+    std::vector<int> cp(256);
+    for (int c : printable) cp[c] = c;
+    for (size_t i = 0; i < rest.size(); ++i) cp[rest[i]] = 256 + static_cast<int>(i);
+    return cp;
+  }();
+  const int c = code_points[b];
+  std::string s;
+  if (c < 0x80) {
+    s.push_back(static_cast<char>(c));
+  } else {
+    s.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    s.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+  return s;
+}
+
 }  // namespace fpa::testing

@@ -42,6 +42,10 @@ ModelFiles random_model(const std::string& kind, const std::string& levels, uint
                         Dims dims = {});
 void write_model(const std::string& dir, const ModelFiles& files);
 
+// GPT-2's byte-level spelling of one byte (bytes_to_unicode), written out independently of
+// model/byte_level.cc: the text vocab.json and merges.txt use for it.
+std::string spell(unsigned char b);
+
 // A fresh empty directory under the system temp dir, removed with everything in it at scope end.
 class TempDir {
  public:

@@ -7,7 +7,6 @@
 #include <map>
 #include <vector>
 
-
 namespace fpa {
 namespace {
 

@@ -130,29 +130,8 @@ TEST(Pretokenizer, SplitsAsGpt2) {
   EXPECT_EQ(got, want);
 }
 
-// GPT-2's byte-level spelling of one byte (bytes_to_unicode), written out independently.
-std::string spell(unsigned char b) {
-  static const std::vector<int> order = [] {
-    std::vector<int> printable, rest;
-    for (int c = 0; c < 256; ++c) {
-      bool p = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
-      (p ? printable : rest).push_back(c);
-    }
-    std::vector<int> cp(256);
-    for (int c : printable) cp[c] = c;
-    for (size_t i = 0; i < rest.size(); ++i) cp[rest[i]] = 256 + static_cast<int>(i);
-    return cp;
-  }();
-  int c = order[b];
-  std::string s;
-  if (c < 0x80) {
-    s.push_back(static_cast<char>(c));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    s.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-  return s;
-}
+using ::fpa::testing::spell;
+
 std::string spell(const std::string& bytes) {
   std::string s;
   for (unsigned char b : bytes) s += spell(b);
