@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/bf16.h"
+#include "model/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace fpa {
@@ -230,6 +231,10 @@ absl::Status SafetensorsFile::parse_header() {
                                             " is over the limit of ", kMaxHeaderBytes, " bytes"));
   }
   const char* text = reinterpret_cast<const char*>(base_ + 8);
+  if (!json_depth_within(std::string_view(text, header_len))) {
+    return absl::DataLossError(
+        absl::StrCat(path_, ": header nests deeper than ", kMaxJsonDepth, " levels"));
+  }
   const nlohmann::json header = nlohmann::json::parse(text, text + header_len, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
     return absl::DataLossError(absl::StrCat(path_, ": header is not a JSON object"));

@@ -61,13 +61,17 @@ bool is_parse_error(const beast::error_code& ec) {
 }  // namespace
 
 Connection::Connection(tcp::socket socket, const Limits& limits, const Handler& handler,
-                       int* counter, std::atomic<int>* busy, bool refused)
+                       std::atomic<int>* counter, std::atomic<int>* busy, bool refused)
     : stream_(std::move(socket)),
       limits_(limits),
       handler_(handler),
       counter_(counter),
       busy_(busy),
-      refused_(refused) {
+      refused_(refused),
+      // Bounds what one request may hold unparsed: a header (414/431 come first), a chunk
+      // header, or a trailer, which Beast does not count against the header limit and whose
+      // field container throws past 64 KiB.
+      buffer_(limits.max_request_line + limits.max_header_bytes) {
   ++*counter_;
 }
 
@@ -138,6 +142,9 @@ void Connection::read_body() {
 
 void Connection::on_body(beast::error_code ec) {
   if (ec == bhttp::error::body_limit) return reject(Status::payload_too_large, "body too large");
+  if (ec == bhttp::error::buffer_overflow) {
+    return reject(Status::request_header_fields_too_large, "trailer fields too large");
+  }
   if (is_parse_error(ec)) return reject(Status::bad_request, "malformed body");
   if (ec) return close();
   dispatch();
@@ -154,7 +161,14 @@ void Connection::dispatch() {
   auto exchange =
       std::make_shared<ConnectionExchange>(shared_from_this(), ++exchange_, std::move(r));
   watch_disconnect();
-  handler_(std::move(exchange));
+  // The server's run loop logs and counts the exception; closing here ends the disconnect
+  // watch, which would otherwise keep this connection open with no one to answer it.
+  try {
+    handler_(std::move(exchange));
+  } catch (...) {
+    close();
+    throw;
+  }
 }
 
 // A readable socket while a response is pending is either the client's next (pipelined) request

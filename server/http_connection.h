@@ -24,11 +24,12 @@ namespace fpa::server::http {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // `counter` counts the open connections of this kind; the connection holds one unit of it.
+  // `counter` counts the open connections of this kind; the connection holds one unit of it
+  // (atomic: the last reference, and so the destructor, may be dropped on another thread).
   // `busy` counts the server's connections with a response in progress.
   // A connection over the server's cap is `refused`: it answers 503 and closes.
   Connection(boost::asio::ip::tcp::socket socket, const Limits& limits, const Handler& handler,
-             int* counter, std::atomic<int>* busy, bool refused);
+             std::atomic<int>* counter, std::atomic<int>* busy, bool refused);
   ~Connection();
   void start();
 
@@ -62,7 +63,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::beast::tcp_stream stream_;
   const Limits& limits_;
   const Handler& handler_;
-  int* counter_;
+  std::atomic<int>* counter_;
   std::atomic<int>* busy_;
   bool refused_;
   boost::beast::flat_buffer buffer_;

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cerrno>
+#include <exception>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -33,7 +35,7 @@ class BeastServer final : public HttpServer {
   BeastServer(tcp::endpoint endpoint, Limits limits, Handler handler)
       : limits_(limits), handler_(std::move(handler)), acceptor_(io_, endpoint), backoff_(io_) {
     accept();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] { run(); });
   }
   // Stops accepting, lets responses in progress (a drained request's last events) reach their
   // clients for up to kShutdownGrace, then stops.
@@ -52,6 +54,22 @@ class BeastServer final : public HttpServer {
   int port() const override { return acceptor_.local_endpoint().port(); }
 
  private:
+  // No exception may leave the I/O thread: it would end the process. One thrown from a
+  // connection's handler unwinds that handler, which drops the connection's last reference
+  // and so closes it; the loop goes on serving the others.
+  void run() {
+    while (true) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        if (limits_.on_failure) limits_.on_failure();
+        std::cerr << "fpa-serve: http: connection closed on an exception: " << e.what()
+                  << std::endl;
+      }
+    }
+  }
+
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
@@ -85,8 +103,8 @@ class BeastServer final : public HttpServer {
   // Connections point at these; they are destroyed with io_, so these are declared before it.
   const Limits limits_;
   const Handler handler_;
-  int served_ = 0;
-  int refused_ = 0;
+  std::atomic<int> served_{0};
+  std::atomic<int> refused_{0};
   std::atomic<int> busy_{0};
   asio::io_context io_;
   tcp::acceptor acceptor_;

@@ -32,6 +32,9 @@ struct Limits {
   std::chrono::milliseconds header_timeout{15000};  // a whole header, or a keep-alive idle wait
   std::chrono::milliseconds body_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};  // each write
+  // Runs on the I/O thread each time a connection is closed because handling it threw (each
+  // is logged too); null: only logged.
+  std::function<void()> on_failure;
 };
 
 struct Request {

@@ -147,8 +147,10 @@ int serve(const ServeOptions& o) {
 
   const std::string model_name = served_model_name(o);
   ServerMetrics metrics(**kv, model_name);
-  absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http =
-      http::HttpServer::start(o.metrics_address, {}, metrics_handler(metrics.collectable()));
+  http::Limits http_limits;
+  http_limits.on_failure = [&metrics] { metrics.add_http_failure(); };
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http = http::HttpServer::start(
+      o.metrics_address, http_limits, metrics_handler(metrics.collectable()));
   if (!metrics_http.ok()) {
     std::cerr << "fpa-serve: metrics: " << metrics_http.status().message() << "\n";
     return 1;
@@ -169,7 +171,7 @@ int serve(const ServeOptions& o) {
   OpenAiApi api(scheduler, metrics,
                 {model_name, info.limits, attention_kind_name(config.attention)});
   absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
-      http::HttpServer::start(o.http_address, {}, api.handler());
+      http::HttpServer::start(o.http_address, http_limits, api.handler());
   if (!api_http.ok()) {
     std::cerr << "fpa-serve: http: " << api_http.status().message() << "\n";
     return 1;

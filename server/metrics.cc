@@ -212,6 +212,8 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
                            "Running requests preempted to free KV cache pages")),
       recomputed_tokens_(counter(*registry_, "fpa_recomputed_tokens_total",
                                  "Tokens prefilled again after preemptions")),
+      http_failures_(counter(*registry_, "fpa_http_connection_failures_total",
+                             "HTTP connections closed because handling them threw")),
       vllm_(std::make_unique<Vllm>(*registry_, Labels{{"model_name", model_name}})),
       prefix_(std::make_unique<Prefix>(*registry_, Labels{{"model_name", model_name}})) {
   collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);

@@ -52,6 +52,7 @@ class ServerMetrics {
   void add_generated_tokens(int64_t n);
   void add_preemption() { preemptions_.Increment(); }
   void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
+  void add_http_failure() { http_failures_.Increment(); }
 
   // The prefix cache's figures are read at scrape time from `prefixes` (null: off).
   void watch_prefix_cache(const cache::PrefixCache* prefixes);
@@ -81,6 +82,7 @@ class ServerMetrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Counter& preemptions_;
   prometheus::Counter& recomputed_tokens_;
+  prometheus::Counter& http_failures_;
 
   // vLLM's names for the same figures (docs/serving.md has the mapping).
   struct Vllm;

@@ -5,9 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/json_depth.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
 #include "server/openai_request.h"
+#include "server/validate.h"
 
 namespace fpa::server {
 namespace {
@@ -49,11 +51,12 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
                        : path == "/v1/models" || path == "/health" ? "GET"
                                                                    : nullptr;
   if (method == nullptr) {
-    return reply_error(*exchange, api_error(404, "not_found", absl::StrCat(path, ": not found")));
+    return reply_error(*exchange,
+                       api_error(404, "not_found", absl::StrCat(clip(path), ": not found")));
   }
   if (r.method != method) {
-    return reply_error(*exchange,
-                       api_error(405, "method_not_allowed", absl::StrCat(path, ": only ", method)));
+    return reply_error(*exchange, api_error(405, "method_not_allowed",
+                                            absl::StrCat(clip(path), ": only ", method)));
   }
   if (path == "/health") {
     return exchange->reply(draining_ ? 503 : 200, "text/plain; charset=utf-8", "");
@@ -78,6 +81,10 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
     metrics_.count_request(static_cast<int>(st.code()));
     reply_error(*exchange, api_error(st));
   };
+  if (!json_depth_within(exchange->request().body)) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("body: nested deeper than ", kMaxJsonDepth, " levels")));
+  }
   json body = json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return refuse(absl::InvalidArgumentError("body: not valid JSON"));
   absl::StatusOr<CompletionRequest> req = parse_completion_request(body);
@@ -85,7 +92,7 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
   if (req->model && *req->model != info_.model_name) {
     metrics_.count_request(static_cast<int>(absl::StatusCode::kNotFound));
     ApiError e = api_error(404, "model_not_found",
-                           absl::StrCat("model: '", *req->model, "' is not served here ('",
+                           absl::StrCat("model: ", echo(*req->model), " is not served here ('",
                                         info_.model_name, "' is)"));
     e.param = "model";
     return reply_error(*exchange, e);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/validate.h"
 
 namespace fpa::server {
 namespace {
@@ -97,7 +98,7 @@ absl::Status set_seed(const json& v, CompletionRequest& r) {
 absl::Status set_stream_options(const json& v, CompletionRequest& r) {
   if (!v.is_object()) return bad("stream_options", "must be an object");
   for (const auto& [key, value] : v.items()) {
-    if (key != "include_usage") return bad("stream_options." + key, "unknown field");
+    if (key != "include_usage") return bad("stream_options." + clip(key), "unknown field");
     if (!value.is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
     r.include_usage = value.get<bool>();
   }
@@ -184,7 +185,7 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
     for (const auto& [name, setter] : fields()) {
       if (name == key) set = &setter;
     }
-    if (set == nullptr) return bad(key, "unknown field");
+    if (set == nullptr) return bad(clip(key), "unknown field");
     if (absl::Status st = (*set)(value, r); !st.ok()) return st;
   }
   if (!body.contains("prompt")) return bad("prompt", "is required");

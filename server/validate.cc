@@ -8,21 +8,32 @@
 namespace fpa::server {
 namespace {
 
-// Values echoed in errors are cut: an 8000-byte one would overflow gRPC's metadata limit and the
-// client would see RESOURCE_EXHAUSTED instead of this error.
-constexpr size_t kMaxEchoBytes = 64;
-
 absl::Status bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
-// `value` in quotes, cut to kMaxEchoBytes on a UTF-8 character boundary.
-std::string echo(absl::string_view value) {
-  if (value.size() <= kMaxEchoBytes) return absl::StrCat("'", value, "'");
+size_t echo_end(absl::string_view value) {
+  if (value.size() <= kMaxEchoBytes) return value.size();
   size_t end = kMaxEchoBytes;
   while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
+}  // namespace
+
+std::string clip(absl::string_view value) {
+  size_t end = echo_end(value);
+  if (end == value.size()) return std::string(value);
+  return absl::StrCat(value.substr(0, end), "... (", value.size(), " bytes)");
+}
+
+std::string echo(absl::string_view value) {
+  size_t end = echo_end(value);
+  if (end == value.size()) return absl::StrCat("'", value, "'");
   return absl::StrCat("'", value.substr(0, end), "...' (", value.size(), " bytes)");
 }
+
+namespace {
 
 absl::StatusOr<std::vector<int32_t>> prompt_of(const v1::GenerateRequest& req,
                                                const RequestLimits& limits) {

@@ -134,6 +134,10 @@ TEST(ModelLoad, CorruptHeaderIsAnError) {
            std::string(8, '\0'),
        "the tensors cover 4 of 8 data bytes"},
       {with_header(std::string(17 << 20, ' ')), "over the limit of 16777216 bytes"},
+      // Refused before the JSON library builds (and recursively copies) a value of this depth.
+      {with_header(R"({"__metadata__":)" + std::string(100000, '[') + std::string(100000, ']') +
+                   "}"),
+       "nests deeper than 64 levels"},
   };
   for (const auto& [blob, why] : cases) {
     std::ofstream(path, std::ios::binary) << blob;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,9 +95,11 @@ int answer_status(int port, const std::string& raw) {
 class HttpServerTest : public ::testing::Test {
  protected:
   void start(Limits limits) {
+    limits.on_failure = [this] { ++failures_; };
     auto s = HttpServer::start("127.0.0.1:0", limits, [this](std::shared_ptr<Exchange> ex) {
       const Request& r = ex->request();
       if (r.target == "/hello") return ex->reply(200, "text/plain", "hi " + r.body);
+      if (r.target == "/throw") throw std::runtime_error("handler bug");
       ex->on_disconnect([this] { ++disconnects_; });
       if (r.target == "/stream") ex->start_stream("text/event-stream");
       std::lock_guard lock(mu_);
@@ -114,6 +117,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::atomic<int> disconnects_{0};
+  std::atomic<int> failures_{0};
   std::mutex mu_;
   std::unique_ptr<HttpServer> server_;
   std::shared_ptr<Exchange> held_;  // released before the server, as HttpServer requires
@@ -167,6 +171,51 @@ TEST_F(HttpServerTest, LargeHeadersAre431) {
   }
   EXPECT_EQ(answer_status(server_->port(), "GET /hello HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n"),
             431);
+}
+
+// The read buffer is bounded to a header's size; bodies pass through it in pieces.
+TEST_F(HttpServerTest, BodiesLargerThanTheReadBufferArriveWhole) {
+  start({});
+  std::string body(1 << 20, 'b');
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::string r = read_response(fd);
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_TRUE(r.ends_with("hi " + body));
+  ASSERT_TRUE(send_all(fd,
+                       "POST /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       "20000\r\n" +
+                           std::string(0x20000, 'c') + "\r\n0\r\nX-Small: t\r\n\r\n"));
+  r = read_response(fd);
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_TRUE(r.ends_with("hi " + std::string(0x20000, 'c')));
+  close(fd);
+}
+
+// Beast does not count trailers against the header limit, and its field container throws on a
+// field over 64 KiB: the read buffer's bound answers first.
+TEST_F(HttpServerTest, LargeTrailersAre431) {
+  start({});
+  EXPECT_EQ(answer_status(server_->port(),
+                          "GET /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "0\r\nX-T: " +
+                              std::string(70000, 't') + "\r\n\r\n"),
+            431);
+  EXPECT_EQ(failures_, 0);
+}
+
+// An exception from a handler closes that connection, is counted, and the server goes on.
+TEST_F(HttpServerTest, AnExceptionClosesOnlyItsConnection) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto before = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_until_close(fd, 5000ms), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 2s);  // closed, not timed out
+  close(fd);
+  EXPECT_EQ(answer_status(server_->port(), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
+  EXPECT_EQ(failures_, 1);  // counted on the I/O thread before it served /hello
 }
 
 TEST_F(HttpServerTest, LargeBodyIs413BeforeItIsRead) {

@@ -1,0 +1,112 @@
+"""Hostile HTTP requests (issue 22): each is answered with an error or a closed connection, and
+afterwards the server still answers gRPC and HTTP. Run against the release daemon and, as
+server_http_hostile_asan, against the ASan+UBSan one."""
+import json
+import re
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Server
+
+
+@pytest.fixture
+def server():
+    """A server of its own per test: a crash fails that test alone."""
+    s = Server()
+    yield s
+    s.stop()
+
+
+def http_port(s: Server) -> int:
+    return int(re.search(r"(\d+) \(http\)", s.output()).group(1))
+
+
+def exchange(port: int, raw: bytes, timeout: float = 20.0) -> bytes:
+    """Sends `raw` on a fresh connection and reads until the server closes it (or times out)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        try:
+            sock.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # an early answer; read it below
+        out = b""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def status_of(response: bytes) -> int:
+    assert response.startswith(b"HTTP/1.1 "), response[:200]
+    return int(response[9:12])
+
+
+def post_completion(port: int, body: bytes) -> bytes:
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    return exchange(port, head + body)
+
+
+def assert_alive(s: Server):
+    assert s.proc.poll() is None, s.output()[-2000:]
+    assert s.client.health() == "SERVING"
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port(s)}/health", timeout=10) as r:
+        assert r.status == 200
+    assert s.metrics()  # the metrics port too
+
+
+def nested(levels: int, inner: str) -> str:
+    return "[" * levels + inner + "]" * levels
+
+
+@pytest.mark.parametrize("port_of", [http_port, lambda s: s.metrics_port],
+                         ids=["api", "metrics"])
+def test_trailer_over_64k_is_refused(server, port_of):
+    raw = (b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"0\r\nX-T: " + b"t" * 70000 + b"\r\n\r\n")
+    assert status_of(exchange(port_of(server), raw)) == 431
+    assert_alive(server)
+
+
+def test_deeply_nested_prompt_is_refused(server):
+    body = json.dumps({"max_tokens": 1})[:-1] + ', "prompt": ' + nested(200000, "256") + "}"
+    response = post_completion(http_port(server), body.encode())
+    assert status_of(response) == 400
+    assert b"nested deeper than" in response
+    assert_alive(server)
+
+
+def test_deeply_nested_stop_is_refused(server):
+    body = '{"prompt": "hi", "max_tokens": 1, "stop": ' + nested(200000, '"x"') + "}"
+    response = post_completion(http_port(server), body.encode())
+    assert status_of(response) == 400
+    assert_alive(server)
+
+
+def test_nesting_at_the_limit_is_parsed(server):
+    # The body object and 63 arrays: 64 levels pass the depth check and reach validation.
+    body = '{"prompt": "hi", "max_tokens": 1, "stop": ' + nested(63, '"x"') + "}"
+    response = post_completion(http_port(server), body.encode())
+    assert status_of(response) == 400
+    assert b"nested deeper than" not in response
+    assert b"stop" in response
+
+
+def test_error_bodies_echo_at_most_64_bytes_of_client_strings(server):
+    port = http_port(server)
+    unknown = post_completion(port, ('{"prompt": "hi", "' + "k" * 100000 + '": 1}').encode())
+    assert status_of(unknown) == 400
+    assert b"k" * 64 + b"... (100000 bytes)" in unknown and len(unknown) < 1000
+    model = post_completion(port, ('{"prompt": "hi", "model": "' + "m" * 1000000 + '"}').encode())
+    assert status_of(model) == 404
+    assert b"(1000000 bytes)" in model and len(model) < 1000
+    path = exchange(port, b"GET /" + b"p" * 7000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_of(path) == 404 and len(path) < 1000
