@@ -32,6 +32,7 @@ struct PrefixCacheStats {
   int64_t queried_tokens = 0;  // prompt tokens looked up
   int64_t hit_tokens = 0;      // of those, found cached
   int64_t evictions = 0;       // snapshots dropped for room
+  int64_t trees = 0;           // policy configurations holding a snapshot
 };
 
 class PrefixCache {
@@ -64,8 +65,9 @@ class PrefixCache {
 
  private:
   struct Node;
-  Node* root(const PolicyConfig& policy);
   Node* find(std::span<const int32_t> tokens, const PolicyConfig& policy, bool exact);
+  Node* insert(std::span<const int32_t> tokens, const PolicyConfig& policy);
+  void touch(Node* node);  // most recently used now
   void drop(Node* node);
 
   KvCache& cache_;
@@ -73,7 +75,7 @@ class PrefixCache {
   std::map<std::string, std::unique_ptr<Node>> roots_;  // by policy configuration
   std::map<uint64_t, Node*> lru_;                       // last use -> node with a snapshot
   uint64_t clock_ = 0;
-  std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0};
+  std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0}, trees_{0};
 };
 
 }  // namespace fpa::cache
