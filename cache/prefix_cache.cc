@@ -28,6 +28,7 @@ struct PrefixCache::Node {
   int64_t depth = 0;  // tokens from the root through this node
   SeqId snapshot = -1;
   int64_t pages = 0;
+  int64_t full_keys = 0;
   uint64_t used = 0;  // its key in lru_; 0 before the first use
   std::string key;    // a root's policy key
 };
@@ -61,14 +62,14 @@ PrefixCache::Node* PrefixCache::find(std::span<const int32_t> tokens, const Poli
 }
 
 std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
-                                                  const PolicyConfig& policy) {
-  queried_ += static_cast<int64_t>(tokens.size());
+                                                  const PolicyConfig& policy, bool count) {
+  if (count) queried_ += static_cast<int64_t>(tokens.size());
   Node* best = find(tokens, policy, /*exact=*/false);
   if (best == nullptr) return std::nullopt;
   absl::StatusOr<SeqId> seq = cache_.fork(best->snapshot);
   if (!seq.ok()) return std::nullopt;  // no room for the copy now: prefill instead
   touch(best);
-  hits_ += best->depth;
+  if (count) hits_ += best->depth;
   return Hit{*seq, best->depth};
 }
 
@@ -93,8 +94,10 @@ bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
   Node* n = insert(tokens, policy);
   n->snapshot = *snapshot;
   n->pages = need;
+  n->full_keys = cache_.sequence_stats(*snapshot).full_keys;
   touch(n);
   pages_ += need;
+  full_keys_ += n->full_keys;
   ++snapshots_;
   return true;
 }
@@ -160,7 +163,9 @@ void PrefixCache::drop(Node* node) {
     lru_.erase(node->used);
     node->snapshot = -1;
     pages_ -= node->pages;
+    full_keys_ -= node->full_keys;
     node->pages = 0;
+    node->full_keys = 0;
     --snapshots_;
   }
   while (node->parent != nullptr && node->snapshot < 0 && node->children.empty()) {
@@ -183,8 +188,8 @@ void PrefixCache::flush() {
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  return {snapshots_.load(), pages_.load(),     queried_.load(),
-          hits_.load(),      evictions_.load(), trees_.load()};
+  return {snapshots_.load(), pages_.load(), queried_.load(),  hits_.load(),
+          evictions_.load(), trees_.load(), full_keys_.load()};
 }
 
 }  // namespace fpa::cache

@@ -81,11 +81,14 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetric
     const auto pages = static_cast<int64_t>(
         options_.prefix_cache_share * static_cast<double>(runner_.cache().stats().pages_total));
     prefix_ = std::make_unique<cache::PrefixCache>(runner_.cache(), pages);
+    // The scheduler owns the prefix cache, so it alone says how long a scrape may read it.
+    if (metrics_ != nullptr) metrics_->watch_prefix_cache(prefix_.get());
   }
 }
 
 Scheduler::~Scheduler() {
   if (thread_.joinable()) drain(std::chrono::seconds(0));
+  if (prefix_ && metrics_ != nullptr) metrics_->watch_prefix_cache(nullptr);
 }
 
 void Scheduler::start() {
@@ -254,7 +257,10 @@ absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
   if (prefix_) {
     const size_t limit = a.generated == 0 ? a.prompt_size() - 1 : a.target();
     const auto tokens = std::span<const int32_t>(a.context).first(limit);
-    if (std::optional<cache::PrefixCache::Hit> hit = prefix_->take(tokens, a.req->params.policy)) {
+    // Counted once a request: a readmission's lookup is not a client's query.
+    const bool first = a.admitted == Clock::time_point{};
+    if (std::optional<cache::PrefixCache::Hit> hit =
+            prefix_->take(tokens, a.req->params.policy, first)) {
       a.cached = static_cast<size_t>(hit->tokens);
       a.high_water = std::max(a.high_water, a.cached);
       if (a.generated == 0) a.cached_prompt = hit->tokens;
