@@ -51,6 +51,7 @@ void PageLedger::apply_locked(const LedgerDelta& delta, int64_t pages_delta) {
   if (delta.evicted != 0) evicted_.fetch_add(delta.evicted, kRelaxed);
   if (delta.full_keys != 0) full_keys_.fetch_add(delta.full_keys, kRelaxed);
   if (delta.sequences != 0) sequences_.fetch_add(delta.sequences, kRelaxed);
+  pages_reserved_.store(reserved_, kRelaxed);  // inside the bump, as every counter
   version_.fetch_add(1, std::memory_order_release);
 }
 
@@ -60,7 +61,6 @@ std::optional<int32_t> PageLedger::take_page(const LedgerDelta& delta, int64_t* 
   if (reservation != nullptr && *reservation > 0) {
     --*reservation;
     --reserved_;
-    pages_reserved_.store(reserved_, std::memory_order_relaxed);
   } else if (static_cast<int64_t>(free_.size()) <= reserved_) {
     return std::nullopt;
   }
@@ -82,7 +82,7 @@ bool PageLedger::reserve(int64_t* reservation, int64_t pages) {
   if (static_cast<int64_t>(free_.size()) - reserved_ < more) return false;
   reserved_ += more;
   *reservation = pages;
-  pages_reserved_.store(reserved_, std::memory_order_relaxed);
+  apply_locked({}, 0);
   return true;
 }
 
@@ -90,7 +90,7 @@ void PageLedger::unreserve(int64_t* reservation) {
   std::lock_guard lock(mu_);
   reserved_ -= *reservation;
   *reservation = 0;
-  pages_reserved_.store(reserved_, std::memory_order_relaxed);
+  apply_locked({}, 0);
 }
 
 int64_t PageLedger::free_pages() const {

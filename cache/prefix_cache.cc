@@ -28,7 +28,9 @@ struct PrefixCache::Node {
   int64_t depth = 0;  // tokens from the root through this node
   SeqId snapshot = -1;
   int64_t pages = 0;
-  uint64_t used = 0;  // its key in lru_
+  int64_t full_keys = 0;
+  uint64_t used = 0;  // its key in lru_; 0 before the first use
+  std::string key;    // a root's policy key
 };
 
 PrefixCache::PrefixCache(KvCache& cache, int64_t max_pages)
@@ -36,18 +38,14 @@ PrefixCache::PrefixCache(KvCache& cache, int64_t max_pages)
 
 PrefixCache::~PrefixCache() { flush(); }
 
-PrefixCache::Node* PrefixCache::root(const PolicyConfig& policy) {
-  std::unique_ptr<Node>& r = roots_[policy_key(policy)];
-  if (!r) r = std::make_unique<Node>();
-  return r.get();
-}
-
 // The deepest node on `tokens`' path that holds a snapshot, or with `exact` the node of exactly
 // `tokens` (null when absent).
 PrefixCache::Node* PrefixCache::find(std::span<const int32_t> tokens, const PolicyConfig& policy,
                                      bool exact) {
+  auto root = roots_.find(policy_key(policy));
+  if (root == roots_.end()) return nullptr;  // a lookup makes no tree: keys hold client bits
   Node* best = nullptr;
-  for (Node* n = root(policy); n != nullptr;) {
+  for (Node* n = root->second.get(); n != nullptr;) {
     if (n->snapshot >= 0 && (!exact || n->depth == static_cast<int64_t>(tokens.size()))) best = n;
     if (n->depth >= static_cast<int64_t>(tokens.size())) break;
     auto it = n->children.find(tokens[static_cast<size_t>(n->depth)]);
@@ -64,16 +62,14 @@ PrefixCache::Node* PrefixCache::find(std::span<const int32_t> tokens, const Poli
 }
 
 std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
-                                                  const PolicyConfig& policy) {
-  queried_ += static_cast<int64_t>(tokens.size());
+                                                  const PolicyConfig& policy, bool count) {
+  if (count) queried_ += static_cast<int64_t>(tokens.size());
   Node* best = find(tokens, policy, /*exact=*/false);
   if (best == nullptr) return std::nullopt;
   absl::StatusOr<SeqId> seq = cache_.fork(best->snapshot);
   if (!seq.ok()) return std::nullopt;  // no room for the copy now: prefill instead
-  lru_.erase(best->used);
-  best->used = ++clock_;
-  lru_[best->used] = best;
-  hits_ += best->depth;
+  touch(best);
+  if (count) hits_ += best->depth;
   return Hit{*seq, best->depth};
 }
 
@@ -83,17 +79,48 @@ void PrefixCache::forget(std::span<const int32_t> tokens, const PolicyConfig& po
 
 bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
   if (tokens.empty() || max_pages_ <= 0) return false;
-  Node* n = root(policy);
-  size_t at = 0;
-  while (at < tokens.size()) {
+  if (Node* cached = find(tokens, policy, /*exact=*/true)) {  // in use again
+    touch(cached);
+    return true;
+  }
+  // Room first, the branch after: reclaiming may drop a longer state on this very path and
+  // prune its branch, so no node of `tokens` may exist while snapshots are dropped.
+  const int64_t need = cache_.pages_to_fork(seq);
+  while (pages_ + need > max_pages_ && reclaim_one()) {
+  }
+  if (pages_ + need > max_pages_) return false;
+  absl::StatusOr<SeqId> snapshot = cache_.fork(seq);
+  if (!snapshot.ok()) return false;
+  Node* n = insert(tokens, policy);
+  n->snapshot = *snapshot;
+  n->pages = need;
+  n->full_keys = cache_.sequence_stats(*snapshot).full_keys;
+  touch(n);
+  pages_ += need;
+  full_keys_ += n->full_keys;
+  ++snapshots_;
+  return true;
+}
+
+// The node of exactly `tokens` in `policy`'s tree, made (splitting an edge where the tokens
+// leave it) when absent.
+PrefixCache::Node* PrefixCache::insert(std::span<const int32_t> tokens,
+                                       const PolicyConfig& policy) {
+  std::unique_ptr<Node>& r = roots_[policy_key(policy)];
+  if (!r) {
+    r = std::make_unique<Node>();
+    r->key = policy_key(policy);
+    trees_ = static_cast<int64_t>(roots_.size());
+  }
+  Node* n = r.get();
+  for (size_t at = 0; at < tokens.size();) {
     std::unique_ptr<Node>& slot = n->children[tokens[at]];
     if (!slot) {  // a new leaf for the rest
       slot = std::make_unique<Node>();
       slot->edge.assign(tokens.begin() + static_cast<long>(at), tokens.end());
       slot->parent = n;
       slot->depth = static_cast<int64_t>(tokens.size());
-      n = slot.get();
-      break;
+      return slot.get();
     }
     const auto rest = tokens.subspan(at);
     const size_t common = static_cast<size_t>(
@@ -113,28 +140,13 @@ bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
     n = slot.get();
     at += common;
   }
-  if (n->snapshot >= 0) {  // cached already: it is in use again
-    lru_.erase(n->used);
-    n->used = ++clock_;
-    lru_[n->used] = n;
-    return true;
-  }
-  const int64_t need = cache_.pages_to_fork(seq);
-  while (pages_ + need > max_pages_ && reclaim_one()) {
-  }
-  absl::StatusOr<SeqId> snapshot =
-      pages_ + need <= max_pages_ ? cache_.fork(seq) : absl::ResourceExhaustedError("share");
-  if (!snapshot.ok()) {  // skipped: leave no empty branch behind
-    drop(n);
-    return false;
-  }
-  n->snapshot = *snapshot;
-  n->pages = need;
+  return n;
+}
+
+void PrefixCache::touch(Node* n) {
+  if (n->used != 0) lru_.erase(n->used);
   n->used = ++clock_;
   lru_[n->used] = n;
-  pages_ += need;
-  ++snapshots_;
-  return true;
 }
 
 bool PrefixCache::reclaim_one() {
@@ -151,7 +163,9 @@ void PrefixCache::drop(Node* node) {
     lru_.erase(node->used);
     node->snapshot = -1;
     pages_ -= node->pages;
+    full_keys_ -= node->full_keys;
     node->pages = 0;
+    node->full_keys = 0;
     --snapshots_;
   }
   while (node->parent != nullptr && node->snapshot < 0 && node->children.empty()) {
@@ -159,15 +173,23 @@ void PrefixCache::drop(Node* node) {
     parent->children.erase(node->edge.front());
     node = parent;
   }
+  // An empty tree goes too: trees are keyed by client-chosen bits (tau, a prompt length), so
+  // only trees holding a snapshot may stay, and those are bounded by the share.
+  if (node->parent == nullptr && node->children.empty()) {
+    roots_.erase(node->key);
+    trees_ = static_cast<int64_t>(roots_.size());
+  }
 }
 
 void PrefixCache::flush() {
   while (!lru_.empty()) drop(lru_.begin()->second);
   roots_.clear();
+  trees_ = 0;
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  return {snapshots_.load(), pages_.load(), queried_.load(), hits_.load(), evictions_.load()};
+  return {snapshots_.load(), pages_.load(), queried_.load(),  hits_.load(),
+          evictions_.load(), trees_.load(), full_keys_.load()};
 }
 
 }  // namespace fpa::cache

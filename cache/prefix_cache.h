@@ -32,6 +32,8 @@ struct PrefixCacheStats {
   int64_t queried_tokens = 0;  // prompt tokens looked up
   int64_t hit_tokens = 0;      // of those, found cached
   int64_t evictions = 0;       // snapshots dropped for room
+  int64_t trees = 0;           // policy configurations holding a snapshot
+  int64_t full_keys = 0;       // the snapshots' full-cache keys (length * layers * heads)
 };
 
 class PrefixCache {
@@ -47,8 +49,10 @@ class PrefixCache {
     int64_t tokens = 0;  // the prefix it holds
   };
   // The longest cached prefix of `tokens` under `policy`: a new sequence forked from it. A miss
-  // (or a hit that cannot be copied now) is nullopt; `tokens` counts as queried either way.
-  std::optional<Hit> take(std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // (or a hit that cannot be copied now) is nullopt. With `count`, `tokens` count as queried
+  // (and the hit as hit); a preempted request's readmission looks up again uncounted.
+  std::optional<Hit> take(std::span<const int32_t> tokens, const PolicyConfig& policy,
+                          bool count = true);
   // Offers the state of `seq`, which holds exactly `tokens`, to the cache: copied unless that
   // prefix is cached already, after dropping least recently used snapshots to stay within the
   // share; skipped when it cannot fit. True when the state is cached afterwards.
@@ -64,8 +68,9 @@ class PrefixCache {
 
  private:
   struct Node;
-  Node* root(const PolicyConfig& policy);
   Node* find(std::span<const int32_t> tokens, const PolicyConfig& policy, bool exact);
+  Node* insert(std::span<const int32_t> tokens, const PolicyConfig& policy);
+  void touch(Node* node);  // most recently used now
   void drop(Node* node);
 
   KvCache& cache_;
@@ -73,7 +78,8 @@ class PrefixCache {
   std::map<std::string, std::unique_ptr<Node>> roots_;  // by policy configuration
   std::map<uint64_t, Node*> lru_;                       // last use -> node with a snapshot
   uint64_t clock_ = 0;
-  std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0};
+  std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0}, trees_{0},
+      full_keys_{0};
 };
 
 }  // namespace fpa::cache

@@ -160,7 +160,6 @@ int serve(const ServeOptions& o) {
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
                        o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
                       &metrics);
-  metrics.watch_prefix_cache(scheduler.prefix_cache());
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
   info.limits = {config.vocab_size, &(*model)->tokenizer(), o.max_prompt_tokens, o.max_new_tokens,

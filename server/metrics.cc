@@ -148,8 +148,9 @@ struct ServerMetrics::Prefix {
         vllm_hits(counter(r, "vllm:prefix_cache_hits_total",
                           "Prompt tokens found in the prefix cache", l)) {}
 
-  void refresh(int64_t bytes_per_page) {
-    if (watched == nullptr) return;
+  // Returns the stats it published (zeros when off).
+  cache::PrefixCacheStats refresh(int64_t bytes_per_page) {
+    if (watched == nullptr) return {};
     const cache::PrefixCacheStats st = watched->stats();
     snapshots.Set(static_cast<double>(st.snapshots));
     bytes.Set(static_cast<double>(st.pages * bytes_per_page));
@@ -158,6 +159,7 @@ struct ServerMetrics::Prefix {
     increment_all(static_cast<double>(st.hit_tokens - seen.hit_tokens), hits, vllm_hits);
     evictions.Increment(static_cast<double>(st.evictions - seen.evictions));
     seen = st;
+    return st;
   }
 
   const cache::PrefixCache* watched = nullptr;
@@ -188,8 +190,10 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
       keys_evicted_(counter(*registry_, "fpa_cache_keys_evicted_total", "Keys evicted")),
       bytes_held_(gauge(*registry_, "fpa_cache_bytes_held", "Bytes of the pages in use")),
       bytes_full_(gauge(*registry_, "fpa_cache_bytes_full",
-                        "Bytes a never-evicting cache would hold for the same sequences")),
-      bytes_saved_(gauge(*registry_, "fpa_cache_bytes_saved", "bytes_full - bytes_held")),
+                        "Bytes a never-evicting cache would hold for the running sequences "
+                        "(cached prefixes not counted)")),
+      bytes_saved_(gauge(*registry_, "fpa_cache_bytes_saved",
+                         "bytes_full - the bytes the running sequences hold")),
       live_fraction_(histogram(
           *registry_, "fpa_request_live_fraction",
           "Per finished request: live keys / full-cache keys at its end",
@@ -266,10 +270,13 @@ void ServerMetrics::refresh_cache_gauges() {
   set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
   live_keys_.Set(static_cast<double>(s.live_slots));
   bytes_held_.Set(static_cast<double>(s.bytes_held()));
-  bytes_full_.Set(static_cast<double>(s.bytes_full()));
-  bytes_saved_.Set(static_cast<double>(s.bytes_full() - s.bytes_held()));
   std::lock_guard lock(evicted_mu_);
-  prefix_->refresh(s.page_slots * s.bytes_per_key);
+  const int64_t page_bytes = s.page_slots * s.bytes_per_key;
+  const cache::PrefixCacheStats p = prefix_->refresh(page_bytes);
+  // Snapshots never run: what they hold is cache, not a saving on a running sequence.
+  const int64_t full = s.bytes_full() - p.full_keys * s.bytes_per_key;
+  bytes_full_.Set(static_cast<double>(full));
+  bytes_saved_.Set(static_cast<double>(full - (s.bytes_held() - p.pages * page_bytes)));
   if (s.evicted_slots > evicted_seen_) {
     keys_evicted_.Increment(static_cast<double>(s.evicted_slots - evicted_seen_));
     evicted_seen_ = s.evicted_slots;

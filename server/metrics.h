@@ -54,7 +54,8 @@ class ServerMetrics {
   void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
   void add_http_failure() { http_failures_.Increment(); }
 
-  // The prefix cache's figures are read at scrape time from `prefixes` (null: off).
+  // The prefix cache's figures are read at scrape time from `prefixes` (null: off, and no read
+  // of the last one is under way when this returns: its owner unwatches it before it goes).
   void watch_prefix_cache(const cache::PrefixCache* prefixes);
 
   void refresh_cache_gauges();

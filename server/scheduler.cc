@@ -56,6 +56,7 @@ struct Scheduler::Active {
   std::vector<int32_t> context;  // the prompt, then every generated token
   size_t cached = 0;             // tokens of context in the cache
   size_t high_water = 0;         // most tokens ever cached: below it, prefill is recomputation
+  int64_t high_water_pages = 0;  // most pages its sequence held when it was preempted
   int generated = 0;
   int preemptions = 0;
   int64_t recomputed = 0;
@@ -81,11 +82,14 @@ Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetric
     const auto pages = static_cast<int64_t>(
         options_.prefix_cache_share * static_cast<double>(runner_.cache().stats().pages_total));
     prefix_ = std::make_unique<cache::PrefixCache>(runner_.cache(), pages);
+    // The scheduler owns the prefix cache, so it alone says how long a scrape may read it.
+    if (metrics_ != nullptr) metrics_->watch_prefix_cache(prefix_.get());
   }
 }
 
 Scheduler::~Scheduler() {
   if (thread_.joinable()) drain(std::chrono::seconds(0));
+  if (prefix_ && metrics_ != nullptr) metrics_->watch_prefix_cache(nullptr);
 }
 
 void Scheduler::start() {
@@ -214,7 +218,11 @@ int64_t Scheduler::pages_ahead(const Active& a) const {
 // regardless: alone, the planner shrinks its chunks to the pool, or it fails.
 bool Scheduler::fits_beside_running(const Active& a) const {
   if (running_.empty()) return true;
-  int64_t need = pages_ahead(a);
+  // A preempted request comes back only when what it held, and its next token in every stream,
+  // fit: else it regrows into the same shortage and is preempted again (thrash).
+  const cache::CacheShape& shape = runner_.cache().shape();
+  int64_t need =
+      std::max(pages_ahead(a), a.high_water_pages + int64_t{shape.n_layers} * shape.n_heads);
   for (const auto& r : running_) need += pages_ahead(*r);
   const cache::KvCache& cache = runner_.cache();
   const auto watermark =
@@ -254,7 +262,10 @@ absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
   if (prefix_) {
     const size_t limit = a.generated == 0 ? a.prompt_size() - 1 : a.target();
     const auto tokens = std::span<const int32_t>(a.context).first(limit);
-    if (std::optional<cache::PrefixCache::Hit> hit = prefix_->take(tokens, a.req->params.policy)) {
+    // Counted once a request: a readmission's lookup is not a client's query.
+    const bool first = a.admitted == Clock::time_point{};
+    if (std::optional<cache::PrefixCache::Hit> hit =
+            prefix_->take(tokens, a.req->params.policy, first)) {
       a.cached = static_cast<size_t>(hit->tokens);
       a.high_water = std::max(a.high_water, a.cached);
       if (a.generated == 0) a.cached_prompt = hit->tokens;
@@ -309,31 +320,36 @@ void Scheduler::iterate() {
   record_step(plan);
 }
 
-// One decode token for every request past its prompt; prompt chunks first come first served
-// within the per-iteration budget. Every planned item holds its pages.
+// One decode token for every request past its prompt first (a decoder is the costly one to
+// recompute), then prompt chunks first come first served within the per-iteration budget.
+// Every planned item holds its pages.
+// TODO(issue 23): the planner as a pure function of the cache's state in cache/step_planner,
+// unit-tested without a model, inside the KV manager that owns page arithmetic.
 Scheduler::Plan Scheduler::plan_step() {
   Plan plan;
   size_t prefill_tokens = 0;
   const size_t chunk = static_cast<size_t>(options_.prefill_chunk);
-  for (auto& owned : running_) {
-    Active& a = *owned;
-    if (a.done || a.preempted) continue;
-    const bool prefill = a.prefilling();
-    size_t n = a.next_tokens(chunk);
-    if (prefill && prefill_tokens > 0 && prefill_tokens + n > chunk) continue;
-    n = reserve_step(a, n);
-    if (n == 0) continue;
-    if (prefill) prefill_tokens += n;
-    plan.inputs.push_back({a.seq, std::span<const int32_t>(a.context).subspan(a.cached, n)});
-    plan.owners.push_back(&a);
+  for (const bool prefills : {false, true}) {
+    for (auto& owned : running_) {
+      Active& a = *owned;
+      if (a.done || a.preempted || a.prefilling() != prefills) continue;
+      size_t n = a.next_tokens(chunk);
+      if (prefills && prefill_tokens > 0 && prefill_tokens + n > chunk) continue;
+      n = reserve_step(a, n);
+      if (n == 0) continue;
+      if (prefills) prefill_tokens += n;
+      plan.inputs.push_back({a.seq, std::span<const int32_t>(a.context).subspan(a.cached, n)});
+      plan.owners.push_back(&a);
+    }
   }
   return plan;
 }
 
 // Reserves a's next `n` tokens. When they do not fit, a prompt chunk shrinks to what does;
-// failing that, the most recently admitted request after `a` is preempted and `a` tries again.
-// Returns the tokens reserved: 0 when `a` had to give way itself (older requests hold the
-// pages) or failed for not fitting the pool even alone.
+// failing that, the most recently admitted request after `a` is preempted and `a` tries again;
+// a prompt chunk preempts only younger prompts, never a decoder, and else waits with its pages.
+// Returns the tokens reserved: 0 when `a` waits, had to give way itself (older requests hold
+// the pages) or failed for not fitting the pool even alone.
 size_t Scheduler::reserve_step(Active& a, size_t n) {
   for (;;) {
     if (runner_.reserve(a.seq, static_cast<int>(n))) return n;
@@ -349,11 +365,13 @@ size_t Scheduler::reserve_step(Active& a, size_t n) {
         after_a = true;
       } else if (!r->done && !r->preempted) {
         others = true;
-        if (after_a) victim = r.get();
+        if (after_a && (!a.prefilling() || r->prefilling())) victim = r.get();
       }
     }
     if (victim != nullptr) {
       preempt(*victim);
+    } else if (others && a.prefilling()) {
+      return 0;  // its pages stay; the decoders that hold the rest finish or give way
     } else if (others) {
       preempt(a);
       return 0;
@@ -385,6 +403,9 @@ size_t Scheduler::largest_fit(const Active& a, size_t n) const {
 }
 
 void Scheduler::preempt(Active& a) {
+  if (a.seq >= 0) {
+    a.high_water_pages = std::max(a.high_water_pages, runner_.cache().sequence_stats(a.seq).pages);
+  }
   if (a.cached > 0) {
     ++a.preemptions;
     if (metrics_ != nullptr) metrics_->add_preemption();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/page_ledger.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -83,6 +84,33 @@ TEST(Concurrency, StatsReadWhileWritersRun) {
   for (SeqId s : {a, b, c}) cache->release(s);
   EXPECT_EQ(cache->stats().pages_in_use, 0);
   EXPECT_EQ(cache->free_pages(), 4096);
+}
+
+// A page taken from a reservation leaves the reserved count and enters the in-use count as one
+// change: a reader never sees it in both or in neither. The writer cycles through (in use,
+// reserved) = (0,0), (0,2), (1,1), (2,0), so every consistent snapshot sums to 0 or 2.
+TEST(Concurrency, LedgerSnapshotsSeeReservationsMoveAtOnce) {
+  PageLedger ledger(8, 4);
+  std::atomic<bool> done = false;
+  std::thread writer([&] {
+    for (int i = 0; i < 400000; ++i) {
+      int64_t reservation = 0;
+      ASSERT_TRUE(ledger.reserve(&reservation, 2));
+      const int32_t a = *ledger.take_page({}, &reservation);
+      const int32_t b = *ledger.take_page({}, &reservation);
+      const std::vector<int32_t> pages{a, b};
+      ledger.apply({}, pages);
+    }
+    done = true;
+  });
+  int64_t torn = 0;
+  while (!done) {
+    const CacheStats s = ledger.snapshot();
+    const int64_t sum = s.pages_in_use + s.pages_reserved;
+    torn += sum != 0 && sum != 2;
+  }
+  writer.join();
+  EXPECT_EQ(torn, 0);
 }
 
 }  // namespace

@@ -173,5 +173,52 @@ TEST_F(PrefixCacheTest, KeepsToItsShareByDroppingTheLeastRecentlyUsed) {
   EXPECT_EQ(cache_->stats().pages_in_use, 0);
 }
 
+// A "regenerate": a finished request cached prompt + output, and the same prompt comes again and
+// is offered while the share is full. Making room drops the longer state on the offered path;
+// the branch being filled must survive that (under ASan the old code wrote to a freed node).
+TEST_F(PrefixCacheTest, OffersAPrefixOfACachedStateWhenTheShareIsFull) {
+  const PolicyConfig none = policy(Policy::kNone);
+  PrefixCache prefixes(*cache_, 10);  // the 8-token state's 8 pages fill it
+  const std::vector<int32_t> answer{1, 2, 3, 4, 5, 6, 7, 8}, prompt{1, 2, 3, 4};
+  const SeqId full = run(answer, none);
+  ASSERT_TRUE(prefixes.offer(full, answer, none));
+  cache_->release(full);
+  const SeqId again = run(prompt, none);  // 1 page a stream: 4 more than the share has
+  ASSERT_TRUE(prefixes.offer(again, prompt, none));
+  cache_->release(again);
+  EXPECT_EQ(prefixes.stats().snapshots, 1);
+  EXPECT_EQ(prefixes.stats().evictions, 1);
+  auto hit = prefixes.take(answer, none);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 4);
+  cache_->release(hit->seq);
+  EXPECT_TRUE(prefixes.reclaim_one());
+  EXPECT_FALSE(prefixes.reclaim_one());
+  EXPECT_EQ(prefixes.stats().trees, 0);
+  EXPECT_EQ(cache_->stats().pages_in_use, 0);
+}
+
+// Trees are keyed by client-chosen bits (tau): a lookup makes none and an emptied tree goes, so
+// the trees are bounded by the snapshots, whatever clients send.
+TEST_F(PrefixCacheTest, KeepsATreeOnlyWhileItHoldsASnapshot) {
+  PrefixCache prefixes(*cache_, 200);
+  const std::vector<int32_t> tokens{1, 2, 3};
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_FALSE(prefixes.take(tokens, policy(Policy::kFpa, 1.0f + 0.01f * i)).has_value());
+  }
+  EXPECT_EQ(prefixes.stats().trees, 0);
+  for (float tau : {2.0f, 3.0f}) {
+    const SeqId s = run(tokens, policy(Policy::kFpa, tau));
+    ASSERT_TRUE(prefixes.offer(s, tokens, policy(Policy::kFpa, tau)));
+    cache_->release(s);
+  }
+  EXPECT_EQ(prefixes.stats().trees, 2);
+  prefixes.forget(tokens, policy(Policy::kFpa, 2.0f));
+  EXPECT_EQ(prefixes.stats().trees, 1);
+  auto hit = prefixes.take(tokens, policy(Policy::kFpa, 3.0f));
+  ASSERT_TRUE(hit.has_value());
+  cache_->release(hit->seq);
+}
+
 }  // namespace
 }  // namespace fpa::cache

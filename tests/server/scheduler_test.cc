@@ -134,11 +134,12 @@ class SchedulerTest : public ::testing::Test {
 };
 
 // Two requests that keep every key and fit the pool one at a time but not together: the younger
-// is preempted each time the older grows into its pages, and recomputed (16-token chunks, as the
-// solo run prefills) when it fits again. They run under fpa with a tau no key reaches, so that
-// admission cannot foresee their need (under `none` it would, and keep the younger waiting).
-// Both are queued before the scheduler starts, so the batches, and with them the float
-// rounding, are the same on every run.
+// is preempted once, when the older grows into its pages, and recomputed (16-token chunks, as
+// the solo run prefills) when what it held fits again. Readmitted as soon as its next step fit,
+// it regrew into the same shortage: 15 preemptions and 1,280 tokens recomputed for 150. They run
+// under fpa with a tau no key reaches, so that admission cannot foresee their need (under `none` it
+// would, and keep the younger waiting). Both are queued before the scheduler starts, so the
+// batches, and with them the float rounding, are the same on every run.
 TEST_F(SchedulerTest, PreemptedRequestsEqualTheirSoloRuns) {
   // 8 streams; alone the older needs 14 pages a stream and the younger 11, of 17.5.
   for (const float temperature : {0.0f, 0.9f}) {
@@ -155,8 +156,9 @@ TEST_F(SchedulerTest, PreemptedRequestsEqualTheirSoloRuns) {
     ASSERT_TRUE(done_a.status.ok()) << done_a.status;
     ASSERT_TRUE(done_b.status.ok()) << done_b.status;
     EXPECT_EQ(done_a.usage.preemptions, 0);
-    EXPECT_GE(done_b.usage.preemptions, 2) << "temperature " << temperature;
+    EXPECT_EQ(done_b.usage.preemptions, 1) << "temperature " << temperature;
     EXPECT_GT(done_b.usage.recomputed_tokens, 20);
+    EXPECT_LE(done_b.usage.recomputed_tokens, 20 + 150) << "at most its whole length, once";
     const std::vector<int32_t> got_a = older.sink.tokens(), want_a = solo(a, 16);
     const std::vector<int32_t> got_b = younger.sink.tokens(), want_b = solo(b, 16);
     auto first_diff = [](const std::vector<int32_t>& x, const std::vector<int32_t>& y) {

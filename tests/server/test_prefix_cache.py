@@ -33,6 +33,24 @@ def test_next_turn_hits_and_equals_a_cold_run(make_server):
     assert m["fpa_cache_bytes_held"] >= m["fpa_prefix_cache_bytes"]
 
 
+def test_regenerate_with_a_full_share(make_server):
+    """The same prompt twice (a client's "regenerate") while the share is full: the first request
+    cached prompt + output, the second offers the prompt, a prefix of that state, and room for it
+    is made by dropping the longer state on the same path (a use-after-free, seen by the ASan
+    daemon, before the fix). Under none a page holds 16 keys of one of the model's 8 streams:
+    the 40-token prompt takes 24 pages, prompt + output 32, the share 40."""
+    s = make_server("--cache-pages", "100", "--prefix-cache", "0.4")
+    prompt = s.client.tokenize("rivers bend around old stones " * 7)[:40]
+    assert len(prompt) == 40
+    expected = solo_generate(prompt, max_new_tokens=24, policy="none")
+    for attempt in range(3):
+        r = s.client.generate(prompt, max_new_tokens=24, eviction_policy="none")
+        assert list(r.token_ids) == expected, attempt
+    m = s.metrics()
+    assert m["fpa_prefix_cache_evictions_total"] >= 2
+    assert m["fpa_prefix_cache_snapshots"] == 1
+
+
 def test_off_by_default(server):
     r = server.client.generate("Hello there", max_new_tokens=4)
     r = server.client.generate("Hello there, again", max_new_tokens=4)
