@@ -108,6 +108,9 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
                       req->stream,
                       req->include_usage,
                       req->generate.logprobs(),
+                      request->params.stop,
+                      req->include_stop,
+                      request->params.stop_token_ids,
                       info_.limits.tokenizer};
   std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
       ->start(scheduler_, std::move(request));

@@ -58,7 +58,10 @@ json usage_json(const Usage& u) {
 
 CompletionCall::CompletionCall(std::shared_ptr<http::Exchange> exchange, CompletionMeta meta,
                                ServerMetrics& metrics)
-    : exchange_(std::move(exchange)), meta_(std::move(meta)), metrics_(metrics) {}
+    : exchange_(std::move(exchange)),
+      meta_(std::move(meta)),
+      metrics_(metrics),
+      trimmer_(meta_.stop, meta_.include_stop) {}
 
 void CompletionCall::start(Scheduler& scheduler, std::shared_ptr<Request> request) {
   request->sink = this;
@@ -104,6 +107,21 @@ json CompletionCall::choice(const std::string& text, const std::vector<int32_t>&
           {"finish_reason", reason ? json(reason) : json(nullptr)}};
 }
 
+// The chunk's text less stop strings and stop tokens (the token's own text: the chunk may start
+// with the end of a character split before it).
+std::string CompletionCall::trim(const TokenChunk& chunk) {
+  const bool stop_token =
+      !chunk.ids.empty() && !meta_.include_stop &&
+      std::ranges::find(meta_.stop_token_ids, chunk.ids.back()) != meta_.stop_token_ids.end();
+  if (!stop_token) return trimmer_.push(chunk.text);
+  std::string_view text = chunk.text;
+  const std::string_view own = meta_.tokenizer->token_bytes(chunk.ids.back());
+  if (text.ends_with(own)) text.remove_suffix(own.size());
+  std::string out = trimmer_.push(text);
+  trimmer_.stop_here();
+  return out;
+}
+
 void CompletionCall::send_event(const json& event) {
   if (!streaming_) {
     exchange_->start_stream("text/event-stream");
@@ -113,6 +131,7 @@ void CompletionCall::send_event(const json& event) {
 }
 
 void CompletionCall::on_tokens(TokenChunk chunk) {
+  chunk.text = trim(chunk);
   if (!meta_.stream) {
     text_ += chunk.text;
     ids_.insert(ids_.end(), chunk.ids.begin(), chunk.ids.end());
@@ -129,12 +148,13 @@ void CompletionCall::on_finish(Completion done) {
   metrics_.count_request(static_cast<int>(done.status.code()));
   const char* reason = finish_reason(done.reason);
   if (!meta_.stream) {
-    json body = envelope(json::array({choice(text_ + done.text_tail, ids_, logprobs_, reason)}));
+    json body = envelope(
+        json::array({choice(text_ + trimmer_.finish(done.text_tail), ids_, logprobs_, reason)}));
     body["usage"] = usage_json(done.usage);
     return exchange_->reply(200, kJson, json_text(body));
   }
   if (done.status.ok()) {
-    send_event(envelope(json::array({choice(done.text_tail, {}, {}, reason)})));
+    send_event(envelope(json::array({choice(trimmer_.finish(done.text_tail), {}, {}, reason)})));
     if (meta_.include_usage) {
       json last = envelope(json::array());
       last["usage"] = usage_json(done.usage);

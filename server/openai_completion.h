@@ -13,6 +13,7 @@
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/scheduler.h"
+#include "server/stop_strings.h"
 
 namespace fpa::server {
 
@@ -23,6 +24,9 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  std::vector<std::string> stop;         // trimmed from the text, with what follows
+  bool include_stop = false;             // ... unless include_stop_str_in_output
+  std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
 };
 
@@ -43,6 +47,7 @@ class CompletionCall final : public RequestSink,
   nlohmann::json envelope(nlohmann::json choices) const;
   nlohmann::json choice(const std::string& text, const std::vector<int32_t>& ids,
                         const std::vector<float>& logprobs, const char* finish_reason);
+  std::string trim(const TokenChunk& chunk);
   void send_event(const nlohmann::json& event);
   void fail(const absl::Status& status);
 
@@ -51,6 +56,7 @@ class CompletionCall final : public RequestSink,
   ServerMetrics& metrics_;
   std::shared_ptr<CompletionCall> self_;  // alive from start() until on_finish
   // The scheduler thread's (after start): what a whole response gathers, and the stream state.
+  StopTrimmer trimmer_;
   std::string text_;
   std::vector<int32_t> ids_;
   std::vector<float> logprobs_;

@@ -65,6 +65,15 @@ absl::Status set_prompt(const json& v, CompletionRequest& r) {
   return absl::OkStatus();
 }
 
+absl::Status set_stop_token_ids(const json& v, CompletionRequest& r) {
+  if (!v.is_array()) return bad("stop_token_ids", "must be an array of token ids");
+  for (const json& id : v) {
+    if (!is_int32(id)) return bad("stop_token_ids", "must be an array of token ids");
+    r.generate.add_stop_token_ids(id.get<int32_t>());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status set_stop(const json& v, CompletionRequest& r) {
   std::vector<json> items = v.is_array() ? v.get<std::vector<json>>() : std::vector<json>{v};
   for (const json& s : items) {
@@ -133,6 +142,9 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       {"top_k", int32_field("top_k", [](G& g, int32_t x) { g.set_top_k(x == -1 ? 0 : x); })},
       {"seed", set_seed},
       {"stop", set_stop},
+      {"stop_token_ids", set_stop_token_ids},
+      {"include_stop_str_in_output",
+       bool_field("include_stop_str_in_output", [](auto& r, bool b) { r.include_stop = b; })},
       {"logprobs", set_logprobs},
       {"stream", bool_field("stream", [](auto& r, bool b) { r.stream = b; })},
       {"stream_options", set_stream_options},

@@ -23,6 +23,7 @@ struct CompletionRequest {
   std::optional<std::string> model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool include_stop = false;   // include_stop_str_in_output: keep the matched stop string
 };
 
 // InvalidArgument with a message that starts with the OpenAI field's name.

@@ -25,6 +25,7 @@ struct GenerationParams {
   int max_new_tokens = 64;
   SamplingParams sampling;
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
   bool logprobs = false;
   bool ignore_eos = false;
   cache::PolicyConfig policy;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/stop_strings.h"
 
 namespace fpa::server {
 namespace {
@@ -464,12 +465,13 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
   TokenChunk chunk;
   chunk.ids.push_back(token);
   if (p.logprobs) chunk.logprobs.push_back(logprob);
+  const size_t bytes_before = a.text.bytes().size();
   chunk.text = a.text.push(chunk.ids);
 
   if (token == runner_.model().config().eos_id && !p.ignore_eos) {
     a.reason = FinishReason::kEos;
-  } else if (std::any_of(p.stop.begin(), p.stop.end(),
-                         [&](const std::string& s) { return a.text.bytes().ends_with(s); })) {
+  } else if (std::ranges::find(p.stop_token_ids, token) != p.stop_token_ids.end() ||
+             stop_in_tail(a.text.bytes(), a.text.bytes().size() - bytes_before, p.stop)) {
     a.reason = FinishReason::kStop;
   } else if (a.generated >= p.max_new_tokens) {
     a.reason = FinishReason::kLength;

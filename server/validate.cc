@@ -75,7 +75,8 @@ absl::Status check_sampling(const v1::GenerateRequest& req, GenerationParams& p)
   return absl::OkStatus();
 }
 
-absl::Status check_stop(const v1::GenerateRequest& req, GenerationParams& p) {
+absl::Status check_stop(const v1::GenerateRequest& req, const RequestLimits& limits,
+                        GenerationParams& p) {
   if (req.stop_size() > kMaxStopSequences) {
     return bad("stop", absl::StrCat(req.stop_size(), " sequences, at most ", kMaxStopSequences));
   }
@@ -85,6 +86,13 @@ absl::Status check_stop(const v1::GenerateRequest& req, GenerationParams& p) {
       return bad("stop", absl::StrCat("sequence ", i, " must have 1 to ", kMaxStopBytes, " bytes"));
     }
     p.stop.push_back(s);
+  }
+  for (int32_t id : req.stop_token_ids()) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return bad("stop_token_ids", absl::StrCat("id ", id, " is outside the vocabulary [0, ",
+                                                limits.vocab_size, ")"));
+    }
+    p.stop_token_ids.push_back(id);
   }
   return absl::OkStatus();
 }
@@ -161,7 +169,7 @@ absl::StatusOr<GenerationParams> to_params(const v1::GenerateRequest& req,
                                               limits.max_new_tokens, "] (--max-new-tokens)"));
   }
   if (absl::Status st = check_sampling(req, p); !st.ok()) return st;
-  if (absl::Status st = check_stop(req, p); !st.ok()) return st;
+  if (absl::Status st = check_stop(req, limits, p); !st.ok()) return st;
   if (absl::Status st = check_policy(req, limits, p); !st.ok()) return st;
   p.logprobs = req.logprobs();
   p.ignore_eos = req.ignore_eos();

@@ -86,6 +86,62 @@ test("a streamed completion with usage: the same text, then usage, then [DONE]",
   assert.ok(events.slice(0, -1).every((e) => e.startsWith("data: {")));
 });
 
+// The greedy text of `prompt` and a stop string of two printable ASCII characters in it (two
+// tokens of the byte tokenizer: a stop split across tokens), with where it first occurs.
+async function greedyWithStop(prompt) {
+  const body = { model: MODEL_NAME, prompt, max_tokens: 24, temperature: 0, ignore_eos: true };
+  const text = (await client.completions.create(body)).choices[0].text;
+  const printable = (c) => c >= " " && c <= "~";
+  const i = [...text].findIndex((c, k, all) => k > 0 && printable(c) && printable(all[k + 1] ?? ""));
+  assert.ok(i > 0, `no printable pair in ${JSON.stringify(text)}`);
+  const stop = [...text].slice(i, i + 2).join("");
+  return { body, text, stop, at: text.indexOf(stop) };
+}
+
+async function streamed(body) {
+  const stream = await client.completions.create({ ...body, stream: true });
+  let text = "", reason = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0].text;
+    reason = chunk.choices[0].finish_reason ?? reason;
+  }
+  return { text, reason };
+}
+
+test("a stop string is trimmed from the text, plain and streamed, even split across tokens",
+     async () => {
+  const { body, text, stop, at } = await greedyWithStop("The pass key is");
+  const plain = await client.completions.create({ ...body, stop: [stop] });
+  assert.equal(plain.choices[0].text, text.slice(0, at));
+  assert.equal(plain.choices[0].finish_reason, "stop");
+  const s = await streamed({ ...body, stop });
+  assert.deepEqual(s, { text: text.slice(0, at), reason: "stop" });
+  // vLLM's include_stop_str_in_output keeps it.
+  const kept = await client.completions.create({ ...body, stop, include_stop_str_in_output: true });
+  assert.equal(kept.choices[0].text, text.slice(0, at + stop.length));
+  const keptStream = await streamed({ ...body, stop, include_stop_str_in_output: true });
+  assert.equal(keptStream.text, text.slice(0, at + stop.length));
+  // A stop that never occurs: held-back text is released at the end.
+  const never = await streamed({ ...body, stop: [stop[0] + "\u0001\u0002"] });
+  assert.deepEqual(never, { text, reason: "length" });
+});
+
+test("stop_token_ids end generation; the stop token's text is trimmed unless kept", async () => {
+  const { body, text, stop } = await greedyWithStop("The pass key is");
+  const id = stop.charCodeAt(0); // the byte tokenizer: ids 0-255 are the bytes
+  const plain = await client.completions.create({ ...body, stop_token_ids: [id] });
+  assert.equal(plain.choices[0].text, text.slice(0, text.indexOf(stop[0])));
+  assert.equal(plain.choices[0].finish_reason, "stop");
+  const s = await streamed({ ...body, stop_token_ids: [id] });
+  assert.deepEqual(s, { text: text.slice(0, text.indexOf(stop[0])), reason: "stop" });
+  const kept = await streamed({ ...body, stop_token_ids: [id], include_stop_str_in_output: true });
+  assert.equal(kept.text, text.slice(0, text.indexOf(stop[0]) + 1));
+  const err = await client.completions.create({ ...body, stop_token_ids: [1 << 20] })
+    .then(() => null, (e) => e);
+  assert.equal(err?.status, 400);
+  assert.equal(err.param, "stop_token_ids");
+});
+
 test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
   const run = (extra) => client.completions.create({
     model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
