@@ -171,21 +171,61 @@ void Connection::dispatch() {
   }
 }
 
-// A readable socket while a response is pending is either the client's next (pipelined) request
-// or its hang-up; a peek tells which.
+// While a response is pending the socket is read into the request buffer: bytes are the
+// client's next (pipelined) request, kept for read_header(); an error is a hang-up; the end of
+// the stream is either a hang-up or a half-close (the client is done sending but still reads).
+// A client that pipelines more than the buffer holds is not read further (back-pressure); a
+// hang-up then shows when the response is written.
 void Connection::watch_disconnect() {
-  stream_.socket().async_wait(tcp::socket::wait_read,
-                              [self = shared_from_this(), id = exchange_](beast::error_code ec) {
+  size_t room = std::min(discard_.size(), buffer_.max_size() - buffer_.size());
+  if (room == 0) return;
+  stream_.socket().async_read_some(
+      buffer_.prepare(room),
+      [self = shared_from_this(), id = exchange_](beast::error_code ec, size_t n) {
+        self->buffer_.commit(n);
+        if (!self->current(id) || ec == asio::error::operation_aborted) return;
+        if (ec == asio::error::eof) return self->peer_done_sending(id);
+        if (ec) return self->disconnected();
+        self->watch_disconnect();
+      });
+}
+
+// A closed peer and a half-closed one look the same until something is sent: a full close
+// answers it with a reset. An HTTP/1.1 client must accept an interim 1xx response before the
+// final one, so "100 Continue" is the probe. HTTP/1.0 has no 1xx, and a started stream is past
+// them: their end of stream is taken for a hang-up, so that a stalled stream is still cancelled.
+void Connection::peer_done_sending(uint64_t id) {
+  keep_alive_ = false;   // no further request can come
+  if (replied_) return;  // the answer is being written: its write tells a hang-up
+  if (version_ < 11 || head_) return disconnected();
+  probing_ = true;
+  stream_.expires_after(limits_.write_timeout);
+  asio::async_write(stream_, asio::buffer(kContinue),
+                    [self = shared_from_this(), id](beast::error_code ec, size_t) {
+                      self->probing_ = false;
+                      if (!self->current(id)) return;
+                      if (ec) return self->disconnected();
+                      self->stream_.expires_never();
+                      self->watch_reset(id);
+                      for (auto& f : std::exchange(self->deferred_, {})) f();
+                    });
+}
+
+// Completes when the probe's reset arrives (a half-closed peer sends none); the response's
+// completion cancels it.
+void Connection::watch_reset(uint64_t id) {
+  stream_.socket().async_wait(tcp::socket::wait_error,
+                              [self = shared_from_this(), id](beast::error_code ec) {
                                 if (ec || !self->current(id)) return;
-                                char byte;
-                                beast::error_code peek_ec;
-                                self->stream_.socket().non_blocking(true, peek_ec);
-                                size_t n = self->stream_.socket().receive(
-                                    asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-                                if (peek_ec == asio::error::would_block)
-                                  return self->watch_disconnect();
-                                if (peek_ec || n == 0) self->disconnected();
+                                self->disconnected();
                               });
+}
+
+// Calls made while the probe is being written wait for it: one write at a time.
+bool Connection::deferred(std::function<void()> f) {
+  if (!probing_) return false;
+  deferred_.push_back(std::move(f));
+  return true;
 }
 
 void Connection::disconnected() {
@@ -196,7 +236,13 @@ void Connection::disconnected() {
 }
 
 void Connection::reply(uint64_t id, int status, std::string content_type, std::string body) {
-  if (!current(id) || head_) return;
+  if (deferred([self = shared_from_this(), id, status, content_type, body] {
+        self->reply(id, status, content_type, body);
+      })) {
+    return;
+  }
+  if (!current(id) || head_ || replied_) return;
+  replied_ = true;
   response_ = {};
   response_.version(version_);
   response_.result(static_cast<unsigned>(status));
@@ -212,6 +258,9 @@ void Connection::reply(uint64_t id, int status, std::string content_type, std::s
 }
 
 void Connection::start_stream(uint64_t id, std::string content_type) {
+  if (deferred(
+          [self = shared_from_this(), id, content_type] { self->start_stream(id, content_type); }))
+    return;
   if (!current(id) || head_) return;
   head_.emplace(bhttp::status::ok, version_);
   head_->set(bhttp::field::content_type, content_type);
@@ -232,6 +281,7 @@ void Connection::start_stream(uint64_t id, std::string content_type) {
 }
 
 void Connection::send(uint64_t id, std::string data) {
+  if (deferred([self = shared_from_this(), id, data] { self->send(id, data); })) return;
   if (!current(id) || !head_ || ending_) return;
   pending_ += data;
   // Bounded memory: a client this far behind is treated as gone.
@@ -240,6 +290,7 @@ void Connection::send(uint64_t id, std::string data) {
 }
 
 void Connection::end(uint64_t id) {
+  if (deferred([id, self = shared_from_this()] { self->end(id); })) return;
   if (!current(id) || !head_) return;
   ending_ = true;
   if (!write_in_flight_) write_next_chunk();
@@ -273,11 +324,17 @@ void Connection::write_next_chunk() {
 void Connection::response_done() {
   set_responding(false);
   on_disconnect_ = nullptr;
+  replied_ = false;
   head_sr_.reset();
   head_.reset();
   beast::error_code ec;
   stream_.socket().cancel(ec);  // the disconnect watch
-  if (keep_alive_) return read_header();
+  // Posted: the watch's handler, queued by the cancel (or earlier, with bytes), commits what
+  // it read into the request buffer before the next read uses it.
+  if (keep_alive_)
+    return asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->closed_) self->read_header();
+    });
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   close();
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/http_server.h"
 
@@ -51,6 +52,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool request_line_too_long() const;
   void dispatch();
   void watch_disconnect();
+  void peer_done_sending(uint64_t id);
+  void watch_reset(uint64_t id);
+  bool deferred(std::function<void()> f);
   void disconnected();
   void reject(Status status, std::string_view why);
   void linger();
@@ -74,6 +78,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool responding_ = false;
   bool closed_ = false;
   std::function<void()> on_disconnect_;
+  bool replied_ = false;  // reply() is writing the response
+  bool probing_ = false;  // writing the half-close probe
+  std::vector<std::function<void()>> deferred_;
 
   boost::beast::http::response<boost::beast::http::string_body> response_;
   std::optional<boost::beast::http::response<boost::beast::http::empty_body>> head_;

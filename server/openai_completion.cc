@@ -51,7 +51,11 @@ json usage_json(const Usage& u) {
           {"live_fraction", u.live_fraction},
           {"cache_bytes_held", u.cache_bytes_held},
           {"cache_bytes_full", u.cache_bytes_full},
-          {"peak_live_keys", u.peak_live_keys}};
+          {"peak_live_keys", u.peak_live_keys},
+          // vLLM's shape for prefix-cache hits; the two after it as gRPC's Usage names them.
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"preemptions", u.preemptions},
+          {"recomputed_tokens", u.recomputed_tokens}};
 }
 
 }  // namespace

@@ -284,6 +284,58 @@ TEST_F(HttpServerTest, HangUpWhileAResponseIsPendingIsReported) {
   EXPECT_EQ(disconnects_, 1);
 }
 
+// The watch reads pipelined bytes (kept for the next request) and goes on watching.
+TEST_F(HttpServerTest, HangUpAfterPipelinedBytesIsReported) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (int i = 0; i < 200 && !held(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(held());
+  ASSERT_TRUE(send_all(fd, "GET /hel"));  // arrives while the response is pending
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(disconnects_, 0);
+  close(fd);
+  wait_for_disconnects(1);
+  EXPECT_EQ(disconnects_, 1);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestIsServedAfterThePendingOne) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (int i = 0; i < 200 && !held(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(held());
+  ASSERT_TRUE(send_all(fd, "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"));
+  std::this_thread::sleep_for(100ms);  // read by the watch, before the reply
+  held()->reply(200, "text/plain", "first");
+  std::string r = read_response(fd);
+  EXPECT_TRUE(r.ends_with("first")) << r;
+  r = read_response(fd);
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_TRUE(r.ends_with("hi ok")) << r;
+  EXPECT_EQ(disconnects_, 0);
+  close(fd);
+}
+
+// A client that shuts down its sending side after the request (nc -N) still gets the answer,
+// after an interim 100 (the probe that tells it from a hang-up).
+TEST_F(HttpServerTest, HalfClosedClientGetsItsAnswer) {
+  start({});
+  int fd = connect_to(server_->port());
+  ASSERT_TRUE(send_all(fd, "GET /wait HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  for (int i = 0; i < 200 && !held(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(held());
+  shutdown(fd, SHUT_WR);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(disconnects_, 0);
+  held()->reply(200, "text/plain", "answer");
+  std::string r = read_until_close(fd, 3000ms);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")) << r;
+  EXPECT_TRUE(r.ends_with("answer")) << r;
+  EXPECT_EQ(disconnects_, 0);
+  close(fd);
+}
+
 TEST_F(HttpServerTest, StreamIsChunkedAndAHangUpMidStreamIsReported) {
   start({});
   int fd = connect_to(server_->port());

@@ -9,13 +9,15 @@ import urllib.request
 
 import pytest
 
-from conftest import Server
+from conftest import LONG, Server, wait_for
+
+CANCELLED = 'fpa_requests_total{code="CANCELLED"}'
 
 
 @pytest.fixture
 def server():
     """A server of its own per test: a crash fails that test alone."""
-    s = Server()
+    s = Server("--max-new-tokens", str(LONG))
     yield s
     s.stop()
 
@@ -49,10 +51,13 @@ def status_of(response: bytes) -> int:
     return int(response[9:12])
 
 
+def completion_request(body: bytes) -> bytes:
+    return (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
 def post_completion(port: int, body: bytes) -> bytes:
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-    return exchange(port, head + body)
+    return exchange(port, completion_request(body))
 
 
 def assert_alive(s: Server):
@@ -110,3 +115,37 @@ def test_error_bodies_echo_at_most_64_bytes_of_client_strings(server):
     assert b"(1000000 bytes)" in model and len(model) < 1000
     path = exchange(port, b"GET /" + b"p" * 7000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert status_of(path) == 404 and len(path) < 1000
+
+
+def test_hang_up_after_more_bytes_cancels(server):
+    """More bytes while a completion runs (a pipelined request), then a hang-up: cancelled, its
+    pages freed (the watch used to stop at the first byte and hold them to the end)."""
+    before = server.metrics().get(CANCELLED, 0)
+    body = json.dumps({"prompt": "hello", "max_tokens": LONG, "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", http_port(server))) as sock:
+        sock.sendall(completion_request(body))
+        wait_for(lambda: server.metrics()["fpa_cache_pages_in_use"] > 0)
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        time.sleep(0.2)
+    wait_for(lambda: server.metrics()["fpa_cache_pages_in_use"] == 0, timeout=5)
+    wait_for(lambda: server.metrics().get(CANCELLED, 0) == before + 1, timeout=5)
+    assert_alive(server)
+
+
+def test_half_closed_client_gets_its_completion(server):
+    """nc -N: the request with Connection: close, then the sending side shut down. The client
+    still reads the answer (after an interim 100) and the request counts OK, not CANCELLED."""
+    before = server.metrics().get(CANCELLED, 0)
+    body = json.dumps({"prompt": "hello", "max_tokens": 64, "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", http_port(server)), timeout=30) as sock:
+        sock.sendall(completion_request(body))
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    final = out[out.index(b"HTTP/1.1 2"):] if b"HTTP/1.1 2" in out else out
+    assert final.startswith(b"HTTP/1.1 200 OK"), out[:300]
+    answer = json.loads(final.split(b"\r\n\r\n", 1)[1])
+    assert answer["usage"]["completion_tokens"] == 64
+    assert server.metrics().get(CANCELLED, 0) == before
+    assert server.metrics()["fpa_cache_pages_in_use"] == 0

@@ -56,3 +56,28 @@ def test_off_by_default(server):
     r = server.client.generate("Hello there, again", max_new_tokens=4)
     assert r.usage.cached_tokens == 0
     assert server.metrics()["fpa_prefix_cache_snapshots"] == 0
+
+
+def test_http_usage_reports_cached_tokens(make_server):
+    """The OpenAI usage carries what gRPC's does: cached (prefix) tokens in vLLM's
+    prompt_tokens_details, preemptions and recomputed tokens."""
+    import json
+    import re
+    import urllib.request
+    s = make_server("--prefix-cache", "0.5")
+    port = int(re.search(r"(\d+) \(http\)", s.output()).group(1))
+
+    def usage(prompt):
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            json.dumps({"prompt": prompt, "max_tokens": 8}).encode(),
+            {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())["usage"]
+
+    turn = s.client.tokenize("You are a careful assistant. Tell me about rivers.")
+    assert usage(turn[:5])["prompt_tokens_details"] == {"cached_tokens": 0}
+    r = s.client.generate(turn, max_new_tokens=24)
+    u = usage(turn + list(r.token_ids) + s.client.tokenize(" And then?")[1:])
+    assert u["prompt_tokens_details"] == {"cached_tokens": len(turn) + len(r.token_ids) - 1}
+    assert u["preemptions"] == 0 and u["recomputed_tokens"] == 0
