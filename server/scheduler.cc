@@ -327,8 +327,8 @@ void Scheduler::iterate() {
 // One decode token for every request past its prompt first (a decoder is the costly one to
 // recompute), then prompt chunks first come first served within the per-iteration budget.
 // Every planned item holds its pages.
-// TODO(issue 23): the planner as a pure function of the cache's state in cache/step_planner,
-// unit-tested without a model, inside the KV manager that owns page arithmetic.
+// TODO(issue 23): the planner as a pure function of the cache's state, in a step planner of the
+// KV manager (cache/) that owns page arithmetic, unit-tested without a model.
 Scheduler::Plan Scheduler::plan_step() {
   Plan plan;
   size_t prefill_tokens = 0;
