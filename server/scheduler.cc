@@ -252,7 +252,11 @@ void Scheduler::admit() {
     }
     a->seq = *seq;
     if (a->admitted == Clock::time_point{}) a->admitted = Clock::now();
-    running_.push_back(std::move(a));
+    // In order of first admission, so that a readmitted request is older than those admitted
+    // since, and the next victim is the newest arrival rather than the one just recomputed.
+    auto at = std::upper_bound(running_.begin(), running_.end(), a->admitted,
+                               [](Clock::time_point t, const auto& r) { return t < r->admitted; });
+    running_.insert(at, std::move(a));
   }
   n_running_ = static_cast<int>(running_.size());
 }
@@ -324,8 +328,8 @@ void Scheduler::iterate() {
 // One decode token for every request past its prompt first (a decoder is the costly one to
 // recompute), then prompt chunks first come first served within the per-iteration budget.
 // Every planned item holds its pages.
-// TODO(issue 23): the planner as a pure function of the cache's state in cache/step_planner,
-// unit-tested without a model, inside the KV manager that owns page arithmetic.
+// TODO(issue 23): the planner as a pure function of the cache's state, in a step planner of the
+// KV manager (cache/) that owns page arithmetic, unit-tested without a model.
 Scheduler::Plan Scheduler::plan_step() {
   Plan plan;
   size_t prefill_tokens = 0;
@@ -347,10 +351,8 @@ Scheduler::Plan Scheduler::plan_step() {
 }
 
 // Reserves a's next `n` tokens. When they do not fit, a prompt chunk shrinks to what does;
-// failing that, the most recently admitted request after `a` is preempted and `a` tries again;
-// a prompt chunk preempts only younger prompts, never a decoder, and else waits with its pages.
-// Returns the tokens reserved: 0 when `a` waits, had to give way itself (older requests hold
-// the pages) or failed for not fitting the pool even alone.
+// failing that, a victim (choose_victim) is preempted and `a` tries again. Returns the tokens
+// reserved: 0 when `a` waits, gave way itself or failed for not fitting the pool even alone.
 size_t Scheduler::reserve_step(Active& a, size_t n) {
   for (;;) {
     if (runner_.reserve(a.seq, static_cast<int>(n))) return n;
@@ -359,31 +361,48 @@ size_t Scheduler::reserve_step(Active& a, size_t n) {
         fit > 0 && runner_.reserve(a.seq, static_cast<int>(fit))) {
       return fit;
     }
-    Active* victim = nullptr;
-    bool others = false, after_a = false;
-    for (auto& r : running_) {
-      if (r.get() == &a) {
-        after_a = true;
-      } else if (!r->done && !r->preempted) {
-        others = true;
-        if (after_a && (!a.prefilling() || r->prefilling())) victim = r.get();
-      }
-    }
-    if (victim != nullptr) {
-      preempt(*victim);
-    } else if (others && a.prefilling()) {
-      return 0;  // its pages stay; the decoders that hold the rest finish or give way
-    } else if (others) {
-      preempt(a);
-      return 0;
-    } else {
+    const bool others = std::any_of(running_.begin(), running_.end(), [&](const auto& r) {
+      return r.get() != &a && !r->done && !r->preempted;
+    });
+    if (!others) {
       complete(a, absl::ResourceExhaustedError(absl::StrCat(
                       "KV cache exhausted: the request needs more than the whole pool of ",
                       runner_.cache().stats().pages_total, " pages even alone (",
                       options_.pool_flag, ")")));
       return 0;
     }
+    Active* victim = choose_victim(a);
+    if (victim == nullptr) return 0;  // a prompt chunk waits with its pages for the decoders
+    preempt(*victim);
+    if (victim == &a) return 0;
   }
+}
+
+// Who gives way when `a` does not fit beside the others: the newest of the requests admitted
+// after it that were preempted least, else `a` itself, so long as that one was preempted fewer
+// than kMaxPreemptions times; past that, the newest request preempted fewer times, older ones
+// too: no request pays for the shortage again and again. A prompt chunk preempts only prompt
+// chunks and never itself (null: it waits).
+Scheduler::Active* Scheduler::choose_victim(Active& a) {
+  constexpr int kMaxPreemptions = 3;
+  Active *younger = nullptr, *any = nullptr;
+  bool after_a = false;
+  for (auto& r : running_) {
+    if (r.get() == &a) {
+      after_a = true;
+      continue;
+    }
+    if (r->done || r->preempted || (a.prefilling() && !r->prefilling())) continue;
+    if (after_a && (younger == nullptr || r->preemptions <= younger->preemptions)) {
+      younger = r.get();
+    }
+    if (r->preemptions < kMaxPreemptions) any = r.get();
+  }
+  if (younger != nullptr && younger->preemptions < kMaxPreemptions) return younger;
+  if (a.prefilling()) return younger;
+  if (a.preemptions < kMaxPreemptions) return &a;
+  if (any != nullptr) return any;
+  return younger != nullptr ? younger : &a;
 }
 
 // The most tokens under `n` of a's prompt chunk whose worst case fits the free pages (0: none).

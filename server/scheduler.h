@@ -84,6 +84,7 @@ class Scheduler {
   void iterate();
   Plan plan_step();
   size_t reserve_step(Active& a, size_t n);
+  Active* choose_victim(Active& a);
   size_t largest_fit(const Active& a, size_t n) const;
   void preempt(Active& a);
   void record_step(const Plan& plan);

@@ -205,3 +205,48 @@ def test_soak(make_server):
     assert time.time() - sent < DRAIN_SECONDS + 3, "SIGTERM took longer than --drain-seconds"
     for c in long_calls:
         c.cancel()
+
+
+PRESSURE_SECONDS = LOAD_SECONDS / 2
+
+
+def pressure_client(address: str, seed: int, stop_at: float, usages: list):
+    """Plain requests of every policy, long enough that eight of them outgrow the pool."""
+    rng = random.Random(seed)
+    stub = pb_grpc.FpaServiceStub(grpc.insecure_channel(address))
+    while time.time() < stop_at:
+        req = random_request(rng)
+        req.max_new_tokens = rng.randint(100, 400)
+        if req.eviction_policy == "fpa":
+            req.tau = 2.0  # small: keys are evicted, so recomputing them must match
+        try:
+            usages.append(stub.Generate(req, timeout=120).usage)
+        except grpc.RpcError as e:
+            assert e.code().name in ("INVALID_ARGUMENT",), e
+
+
+def test_soak_under_memory_pressure(make_server):
+    """Eight clients on a pool that holds about half of what they grow to: requests are
+    preempted, but none thrashes: recomputed tokens stay at most half of the generated ones and
+    no request is preempted more than 3 times."""
+    s = make_server("--max-batch", "8", "--cache-pages", "512", "--max-new-tokens", "512")
+    usages = []
+    stop_at = time.time() + PRESSURE_SECONDS
+    workers = [threading.Thread(target=pressure_client, args=(s.address, seed, stop_at, usages))
+               for seed in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert s.proc.poll() is None, f"fpa-serve died:\n{s.output()[-4000:]}"
+    generated = sum(u.generated_tokens for u in usages)
+    recomputed = sum(u.recomputed_tokens for u in usages)
+    most = max((u.preemptions for u in usages), default=0)
+    m = s.metrics()
+    print(f"soak under pressure: {len(usages)} requests, {generated} tokens generated, "
+          f"{recomputed} recomputed, {int(m['fpa_preemptions_total'])} preemptions, "
+          f"at most {most} for one request")
+    assert len(usages) >= 8
+    assert m["fpa_preemptions_total"] > 0, "the pool did not force preemption"
+    assert recomputed <= generated / 2
+    assert most <= 3
