@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/http_server.h"
 
@@ -33,6 +34,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
 
   // The response to exchange `id`; calls for an exchange that is over are ignored.
+  void add_header(uint64_t id, std::string name, std::string value);
   void reply(uint64_t id, int status, std::string content_type, std::string body);
   void start_stream(uint64_t id, std::string content_type);
   void send(uint64_t id, std::string data);
@@ -73,6 +75,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool responding_ = false;
   bool closed_ = false;
   std::function<void()> on_disconnect_;
+  std::vector<std::pair<std::string, std::string>> headers_;  // for the next response
 
   boost::beast::http::response<boost::beast::http::string_body> response_;
   std::optional<boost::beast::http::response<boost::beast::http::empty_body>> head_;

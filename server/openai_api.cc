@@ -1,10 +1,12 @@
 #include "server/openai_api.h"
 
 #include <chrono>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
 #include "server/openai_request.h"
@@ -18,6 +20,20 @@ constexpr const char* kJson = "application/json";
 
 void reply_error(http::Exchange& exchange, const ApiError& e) {
   exchange.reply(e.http_status, kJson, json_text(e.body()));
+}
+
+// As vLLM does, unknown fields are ignored with a warning; the header (fpa-serve's own) lets
+// the client see which, where a misspelt field would otherwise pass unnoticed.
+void report_ignored(http::Exchange& exchange, const std::vector<std::string>& fields) {
+  // The names are the client's bytes: no control characters into a header, and not unbounded.
+  constexpr size_t kMaxBytes = 1024;
+  std::string names = absl::StrJoin(fields, ", ").substr(0, kMaxBytes);
+  for (char& c : names) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  std::cerr << "fpa-serve: warning: these fields were present in the request but ignored: " << names
+            << "\n";
+  exchange.add_header(std::string(kIgnoredFieldsHeader), names);
 }
 
 int64_t unix_now() {
@@ -82,6 +98,7 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
   if (body.is_discarded()) return refuse(absl::InvalidArgumentError("body: not valid JSON"));
   absl::StatusOr<CompletionRequest> req = parse_completion_request(body);
   if (!req.ok()) return refuse(req.status());
+  if (!req->ignored.empty()) report_ignored(*exchange, req->ignored);
   if (req->model && *req->model != info_.model_name) {
     metrics_.count_request(static_cast<int>(absl::StatusCode::kNotFound));
     ApiError e = api_error(404, "model_not_found",

@@ -169,7 +169,8 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ prompt: [256, 999999] }, "prompt"],
     [{ n: 2 }, "n"],
     [{ logprobs: 3 }, "logprobs"],
-    [{ tempreature: 1 }, "tempreature"],
+    [{ repetition_penalty: 1.5 }, "repetition_penalty"],
+    [{ stop_token_ids: "2" }, "stop_token_ids"],
   ];
   for (const [extra, field] of cases) {
     const err = await client.completions
@@ -184,6 +185,53 @@ test("a bad field is a 400 whose error names it", async () => {
   const wrongModel = await client.completions
     .create({ model: "gpt-4", prompt: "x" }).then(() => null, (e) => e);
   assert.ok(wrongModel instanceof OpenAI.NotFoundError);
+});
+
+test("unknown fields are accepted and ignored, named in a response header, as vLLM does",
+     async () => {
+  const body = { model: MODEL_NAME, prompt: "x", max_tokens: 2, temperature: 0 };
+  const { data, response } = await client.completions
+    .create({ ...body, tempreature: 1, guided_json: { type: "object" } })
+    .withResponse();
+  assert.equal(data.choices[0].finish_reason, "length");
+  assert.equal(response.headers.get("x-fpa-ignored-fields"), "guided_json, tempreature"); // in name order
+  const plain = await client.completions.create(body).withResponse();
+  assert.equal(plain.response.headers.get("x-fpa-ignored-fields"), null);
+  assert.equal(plain.data.choices[0].text, data.choices[0].text);
+  // Streamed too, and a header cannot be forged with a field name.
+  const raw = await fetch(`${shared.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true, "a\r\nSet-Cookie: x": 1,
+                           stream_options: { continuous_usage_stats: true } }),
+  });
+  assert.equal(raw.status, 200);
+  assert.equal(raw.headers.get("set-cookie"), null);
+  assert.equal(raw.headers.get("x-fpa-ignored-fields"),
+               "a??Set-Cookie: x, stream_options.continuous_usage_stats");
+  await raw.text();
+  assert.match(shared.log(), /present in the request but ignored: guided_json, tempreature/);
+});
+
+test("the body of vLLM's benchmark client (vllm bench serve, openai completions) is served",
+     async () => {
+  // vllm/benchmarks/lib/endpoint_request_func.py, async_request_openai_completions, at
+  // vllm-project/vllm@3aee4a4f4c4d1a2a7af3ebdb88c768e459e6c602, with --ignore-eos; "logprobs"
+  // is None unless --logprobs is given, which aiohttp sends as null.
+  const payload = {
+    model: MODEL_NAME, prompt: "The sky is blue. The grass is", repetition_penalty: 1.0,
+    max_tokens: 10, logprobs: null, stream: true, stream_options: { include_usage: true },
+    ignore_eos: true,
+  };
+  const raw = await fetch(`${shared.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify(payload),
+  });
+  assert.equal(raw.status, 200);
+  assert.equal(raw.headers.get("x-fpa-ignored-fields"), null);
+  const events = (await raw.text()).split("\n\n").filter(Boolean);
+  assert.equal(events.at(-1), "data: [DONE]");
+  const usage = JSON.parse(events.at(-2).slice("data: ".length)).usage;
+  assert.equal(usage.completion_tokens, 10);
 });
 
 // Streams a long request until its first token; returns the stream and its AbortController.
