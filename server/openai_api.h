@@ -37,7 +37,8 @@ class OpenAiApi {
 
  private:
   void route(std::shared_ptr<http::Exchange> exchange);
-  void completions(std::shared_ptr<http::Exchange> exchange);
+  // POST /v1/completions, or /v1/chat/completions (`chat`) through the chat template.
+  void completions(std::shared_ptr<http::Exchange> exchange, bool chat);
   void models(http::Exchange& exchange) const;
 
   Scheduler& scheduler_;

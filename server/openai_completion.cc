@@ -54,6 +54,16 @@ json usage_json(const Usage& u) {
           {"peak_live_keys", u.peak_live_keys}};
 }
 
+// Chat's shape: {"content": [{"token", "logprob", "top_logprobs": []}]}.
+json chat_logprobs(const json& tokens, const std::vector<float>& logprobs) {
+  json content = json::array();
+  for (size_t i = 0; i < tokens.size() && i < logprobs.size(); ++i) {
+    content.push_back(
+        {{"token", tokens[i]}, {"logprob", logprobs[i]}, {"top_logprobs", json::array()}});
+  }
+  return {{"content", content}};
+}
+
 }  // namespace
 
 CompletionCall::CompletionCall(std::shared_ptr<http::Exchange> exchange, CompletionMeta meta,
@@ -76,8 +86,11 @@ void CompletionCall::start(Scheduler& scheduler, std::shared_ptr<Request> reques
 }
 
 json CompletionCall::envelope(json choices) const {
+  const char* object = !meta_.chat    ? "text_completion"
+                       : meta_.stream ? "chat.completion.chunk"
+                                      : "chat.completion";
   json e = {{"id", meta_.id},
-            {"object", "text_completion"},
+            {"object", object},
             {"created", meta_.created},
             {"model", meta_.model},
             {"choices", std::move(choices)}};
@@ -100,11 +113,21 @@ json CompletionCall::choice(const std::string& text, const std::vector<int32_t>&
           {"token_logprobs", logprobs},
           {"top_logprobs", nullptr},
           {"text_offset", offsets}};
+    if (meta_.chat) lp = chat_logprobs(tokens, logprobs);
   }
-  return {{"index", 0},
-          {"text", text},
-          {"logprobs", lp},
-          {"finish_reason", reason ? json(reason) : json(nullptr)}};
+  json c = {
+      {"index", 0}, {"logprobs", lp}, {"finish_reason", reason ? json(reason) : json(nullptr)}};
+  if (!meta_.chat) {
+    c["text"] = text;
+  } else if (!meta_.stream) {
+    c["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    c["delta"] = {{"content", text}};
+    // The first chunk names the role, as OpenAI's do.
+    if (!role_sent_) c["delta"]["role"] = "assistant";
+    role_sent_ = true;
+  }
+  return c;
 }
 
 // The chunk's text less stop strings and stop tokens (the token's own text: the chunk may start

@@ -24,6 +24,7 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  bool chat = false;                     // /v1/chat/completions: message/delta instead of text
   std::vector<std::string> stop;         // trimmed from the text, with what follows
   bool include_stop = false;             // ... unless include_stop_str_in_output
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
@@ -61,6 +62,7 @@ class CompletionCall final : public RequestSink,
   std::vector<int32_t> ids_;
   std::vector<float> logprobs_;
   bool streaming_ = false;
+  bool role_sent_ = false;
   int64_t text_offset_ = 0;  // bytes of text before the next token, for logprobs.text_offset
 };
 

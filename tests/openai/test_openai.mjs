@@ -142,6 +142,52 @@ test("stop_token_ids end generation; the stop token's text is trimmed unless kep
   assert.equal(err.param, "stop_token_ids");
 });
 
+test("chat completions, plain and streamed, through the default (ChatML) template", async () => {
+  const messages = [
+    { role: "system", content: "You are terse." },
+    { role: "user", content: [{ type: "text", text: "Name a colour." }] },
+  ];
+  const body = { model: MODEL_NAME, messages, max_completion_tokens: 12, temperature: 0 };
+  const chat = await client.chat.completions.create(body);
+  assert.equal(chat.object, "chat.completion");
+  assert.match(chat.id, /^chatcmpl-/);
+  assert.equal(chat.choices[0].message.role, "assistant");
+  // The same as a completion of the documented template's prompt.
+  const prompt = "<|im_start|>system\nYou are terse.<|im_end|>\n" +
+    "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n";
+  const same = await client.completions.create({
+    model: MODEL_NAME, prompt, max_tokens: 12, temperature: 0, stop: ["<|im_end|>"],
+  });
+  assert.equal(chat.choices[0].message.content, same.choices[0].text);
+  assert.equal(chat.choices[0].finish_reason, same.choices[0].finish_reason);
+  assert.equal(chat.usage.prompt_tokens, same.usage.prompt_tokens);
+  const stream = await client.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true }, logprobs: true,
+  });
+  let text = "", roles = [], reason = null, usage = null, lps = 0;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (!chunk.choices.length) {
+      usage = chunk.usage;
+      continue;
+    }
+    const c = chunk.choices[0];
+    text += c.delta.content ?? "";
+    if (c.delta.role) roles.push(c.delta.role);
+    lps += c.logprobs?.content.length ?? 0;
+    reason = c.finish_reason ?? reason;
+  }
+  assert.equal(text, chat.choices[0].message.content);
+  assert.deepEqual(roles, ["assistant"]);
+  assert.equal(reason, chat.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, chat.usage.completion_tokens);
+  assert.equal(lps, chat.usage.completion_tokens);
+  const err = await client.chat.completions
+    .create({ model: MODEL_NAME, messages: [{ content: "hi" }] }).then(() => null, (e) => e);
+  assert.equal(err?.status, 400);
+  assert.equal(err.param, "messages[0].role");
+});
+
 test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
   const run = (extra) => client.completions.create({
     model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
