@@ -260,8 +260,8 @@ test("unknown fields are accepted and ignored, named in a response header, as vL
 
 test("the body of vLLM's benchmark client (vllm bench serve, openai completions) is served",
      async () => {
-  // vllm/benchmarks/lib/endpoint_request_func.py, async_request_openai_completions, at
-  // vllm-project/vllm@3aee4a4f4c4d1a2a7af3ebdb88c768e459e6c602, with --ignore-eos; "logprobs"
+  // vLLM's async_request_openai_completions (module vllm.benchmarks.lib.endpoint_request_func)
+  // at vllm-project/vllm@3aee4a4f4c4d1a2a7af3ebdb88c768e459e6c602, with --ignore-eos; "logprobs"
   // is None unless --logprobs is given, which aiohttp sends as null.
   const payload = {
     model: MODEL_NAME, prompt: "The sky is blue. The grass is", repetition_penalty: 1.0,
