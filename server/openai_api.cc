@@ -19,10 +19,6 @@ using json = nlohmann::json;
 
 constexpr const char* kJson = "application/json";
 
-void reply_error(http::Exchange& exchange, const ApiError& e) {
-  exchange.reply(e.http_status, kJson, json_text(e.body()));
-}
-
 // As vLLM does, unknown fields are ignored with a warning; the header (fpa-serve's own) lets
 // the client see which, where a misspelt field would otherwise pass unnoticed.
 void report_ignored(http::Exchange& exchange, const std::vector<std::string>& fields) {

@@ -192,8 +192,14 @@ void CompletionCall::on_finish(Completion done) {
 
 void CompletionCall::fail(const absl::Status& status) {
   metrics_.count_request(static_cast<int>(status.code()));
-  ApiError e = api_error(status);
-  exchange_->reply(e.http_status, kJson, json_text(e.body()));
+  reply_error(*exchange_, api_error(status));
+}
+
+void reply_error(http::Exchange& exchange, const ApiError& e) {
+  // A full queue drains within about a second of decode steps; clients that honour Retry-After
+  // (the openai SDKs do) come back then instead of at once.
+  if (e.http_status == 429) exchange.add_header("Retry-After", "1");
+  exchange.reply(e.http_status, kJson, json_text(e.body()));
 }
 
 }  // namespace fpa::server

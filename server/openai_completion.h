@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_request.h"
 #include "server/request.h"
 #include "server/scheduler.h"
 #include "server/stop_strings.h"
@@ -30,6 +31,9 @@ struct CompletionMeta {
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
 };
+
+// An OpenAI-style error response (429s with Retry-After).
+void reply_error(http::Exchange& exchange, const ApiError& e);
 
 class CompletionCall final : public RequestSink,
                              public std::enable_shared_from_this<CompletionCall> {

@@ -306,6 +306,7 @@ test("a full queue is a 429; a draining server is a 503 and ends what it could n
   assert.ok(err instanceof OpenAI.RateLimitError, `${err}`);
   assert.equal(err.status, 429);
   assert.equal(err.type, "rate_limit_error");
+  assert.equal(err.headers.get("retry-after"), "1");
   s.proc.kill("SIGTERM");
   assert.ok(await eventually(async () => (await fetch(`${s.base}/health`)).status === 503));
   const refused = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
