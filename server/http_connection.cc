@@ -24,6 +24,11 @@ class ConnectionExchange final : public Exchange {
       : conn_(std::move(c)), id_(id), request_(std::move(r)) {}
 
   const Request& request() const override { return request_; }
+  void add_header(std::string name, std::string value) override {
+    post([n = std::move(name), v = std::move(value)](Connection& c, uint64_t id) mutable {
+      c.add_header(id, std::move(n), std::move(v));
+    });
+  }
   void reply(int status, std::string_view content_type, std::string body) override {
     post([status, ct = std::string(content_type), b = std::move(body)](Connection& c,
                                                                        uint64_t id) mutable {
@@ -235,6 +240,10 @@ void Connection::disconnected() {
   if (f) f();
 }
 
+void Connection::add_header(uint64_t id, std::string name, std::string value) {
+  if (current(id) && !head_) headers_.emplace_back(std::move(name), std::move(value));
+}
+
 void Connection::reply(uint64_t id, int status, std::string content_type, std::string body) {
   if (deferred([self = shared_from_this(), id, status, content_type, body] {
         self->reply(id, status, content_type, body);
@@ -248,6 +257,7 @@ void Connection::reply(uint64_t id, int status, std::string content_type, std::s
   response_.result(static_cast<unsigned>(status));
   response_.keep_alive(keep_alive_);
   response_.set(bhttp::field::content_type, content_type);
+  for (auto& [name, value] : std::exchange(headers_, {})) response_.set(name, value);
   response_.body() = std::move(body);
   response_.prepare_payload();
   stream_.expires_after(limits_.write_timeout);
@@ -265,6 +275,7 @@ void Connection::start_stream(uint64_t id, std::string content_type) {
   head_.emplace(bhttp::status::ok, version_);
   head_->set(bhttp::field::content_type, content_type);
   head_->set(bhttp::field::cache_control, "no-cache");
+  for (auto& [name, value] : std::exchange(headers_, {})) head_->set(name, value);
   // HTTP/1.0 has no chunks: the body runs until the connection closes.
   if (version_ < 11) keep_alive_ = false;
   head_->keep_alive(keep_alive_);

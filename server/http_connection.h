@@ -35,6 +35,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
 
   // The response to exchange `id`; calls for an exchange that is over are ignored.
+  void add_header(uint64_t id, std::string name, std::string value);
   void reply(uint64_t id, int status, std::string content_type, std::string body);
   void start_stream(uint64_t id, std::string content_type);
   void send(uint64_t id, std::string data);
@@ -81,6 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool replied_ = false;  // reply() is writing the response
   bool probing_ = false;  // writing the half-close probe
   std::vector<std::function<void()>> deferred_;
+  std::vector<std::pair<std::string, std::string>> headers_;  // for the next response
 
   boost::beast::http::response<boost::beast::http::string_body> response_;
   std::optional<boost::beast::http::response<boost::beast::http::empty_body>> head_;

@@ -49,6 +49,8 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
   virtual const Request& request() const = 0;
+  // A header for the response, set before reply() or start_stream().
+  virtual void add_header(std::string name, std::string value) = 0;
   virtual void reply(int status, std::string_view content_type, std::string body) = 0;
   // Status 200 with chunked transfer encoding; each send() is one chunk.
   virtual void start_stream(std::string_view content_type) = 0;

@@ -1,11 +1,14 @@
 #include "server/openai_api.h"
 
 #include <chrono>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model/json_depth.h"
+#include "server/chat_template.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
 #include "server/openai_request.h"
@@ -18,8 +21,18 @@ using json = nlohmann::json;
 
 constexpr const char* kJson = "application/json";
 
-void reply_error(http::Exchange& exchange, const ApiError& e) {
-  exchange.reply(e.http_status, kJson, json_text(e.body()));
+// As vLLM does, unknown fields are ignored with a warning; the header (fpa-serve's own) lets
+// the client see which, where a misspelt field would otherwise pass unnoticed.
+void report_ignored(http::Exchange& exchange, const std::vector<std::string>& fields) {
+  // The names are the client's bytes: no control characters into a header, and not unbounded.
+  constexpr size_t kMaxBytes = 1024;
+  std::string names = absl::StrJoin(fields, ", ").substr(0, kMaxBytes);
+  for (char& c : names) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  std::cerr << "fpa-serve: warning: these fields were present in the request but ignored: " << names
+            << "\n";
+  exchange.add_header(std::string(kIgnoredFieldsHeader), names);
 }
 
 int64_t unix_now() {
@@ -47,7 +60,8 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
   const http::Request& r = exchange->request();
   if (serve_metrics(*exchange, *collectable_)) return;
   std::string path = r.target.substr(0, r.target.find('?'));
-  const char* method = path == "/v1/completions"                   ? "POST"
+  const bool chat = path == "/v1/chat/completions";
+  const char* method = path == "/v1/completions" || chat           ? "POST"
                        : path == "/v1/models" || path == "/health" ? "GET"
                                                                    : nullptr;
   if (method == nullptr) {
@@ -62,7 +76,7 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
     return exchange->reply(draining_ ? 503 : 200, "text/plain; charset=utf-8", "");
   }
   if (path == "/v1/models") return models(*exchange);
-  completions(std::move(exchange));
+  completions(std::move(exchange), chat);
 }
 
 void OpenAiApi::models(http::Exchange& exchange) const {
@@ -76,7 +90,7 @@ void OpenAiApi::models(http::Exchange& exchange) const {
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
 }
 
-void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
+void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat) {
   auto refuse = [&](const absl::Status& st) {
     metrics_.count_request(static_cast<int>(st.code()));
     reply_error(*exchange, api_error(st));
@@ -87,8 +101,14 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
   }
   json body = json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return refuse(absl::InvalidArgumentError("body: not valid JSON"));
+  if (chat) {
+    absl::StatusOr<json> as_completion = chat_to_completion(body);
+    if (!as_completion.ok()) return refuse(as_completion.status());
+    body = std::move(*as_completion);
+  }
   absl::StatusOr<CompletionRequest> req = parse_completion_request(body);
   if (!req.ok()) return refuse(req.status());
+  if (!req->ignored.empty()) report_ignored(*exchange, req->ignored);
   if (req->model && *req->model != info_.model_name) {
     metrics_.count_request(static_cast<int>(absl::StatusCode::kNotFound));
     ApiError e = api_error(404, "model_not_found",
@@ -102,16 +122,19 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange) {
   if (!req->generate.has_seed()) params->sampling.seed = next_seed_++;
   auto request = std::make_shared<Request>();
   request->params = std::move(*params);
-  CompletionMeta meta{absl::StrFormat("cmpl-%08x%08x", id_prefix_ & 0xffffffff, next_id_++),
-                      info_.model_name,
-                      unix_now(),
-                      req->stream,
-                      req->include_usage,
-                      req->generate.logprobs(),
-                      request->params.stop,
-                      req->include_stop,
-                      request->params.stop_token_ids,
-                      info_.limits.tokenizer};
+  CompletionMeta meta{
+      absl::StrCat(chat ? "chatcmpl-" : "cmpl-",
+                   absl::StrFormat("%08x%08x", id_prefix_ & 0xffffffff, next_id_++)),
+      info_.model_name,
+      unix_now(),
+      req->stream,
+      req->include_usage,
+      req->generate.logprobs(),
+      chat,
+      request->params.stop,
+      req->include_stop,
+      request->params.stop_token_ids,
+      info_.limits.tokenizer};
   std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
       ->start(scheduler_, std::move(request));
 }

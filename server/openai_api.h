@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "prometheus/collectable.h"
 #include "server/http_server.h"
@@ -15,6 +16,9 @@
 #include "server/validate.h"
 
 namespace fpa::server {
+
+// Names the request fields that were ignored (unknown to fpa-serve), comma-separated.
+inline constexpr std::string_view kIgnoredFieldsHeader = "X-FPA-Ignored-Fields";
 
 struct OpenAiInfo {
   std::string model_name;  // the id /v1/models lists and requests may name
@@ -33,7 +37,8 @@ class OpenAiApi {
 
  private:
   void route(std::shared_ptr<http::Exchange> exchange);
-  void completions(std::shared_ptr<http::Exchange> exchange);
+  // POST /v1/completions, or /v1/chat/completions (`chat`) through the chat template.
+  void completions(std::shared_ptr<http::Exchange> exchange, bool chat);
   void models(http::Exchange& exchange) const;
 
   Scheduler& scheduler_;

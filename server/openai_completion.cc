@@ -58,6 +58,16 @@ json usage_json(const Usage& u) {
           {"recomputed_tokens", u.recomputed_tokens}};
 }
 
+// Chat's shape: {"content": [{"token", "logprob", "top_logprobs": []}]}.
+json chat_logprobs(const json& tokens, const std::vector<float>& logprobs) {
+  json content = json::array();
+  for (size_t i = 0; i < tokens.size() && i < logprobs.size(); ++i) {
+    content.push_back(
+        {{"token", tokens[i]}, {"logprob", logprobs[i]}, {"top_logprobs", json::array()}});
+  }
+  return {{"content", content}};
+}
+
 }  // namespace
 
 CompletionCall::CompletionCall(std::shared_ptr<http::Exchange> exchange, CompletionMeta meta,
@@ -80,8 +90,11 @@ void CompletionCall::start(Scheduler& scheduler, std::shared_ptr<Request> reques
 }
 
 json CompletionCall::envelope(json choices) const {
+  const char* object = !meta_.chat    ? "text_completion"
+                       : meta_.stream ? "chat.completion.chunk"
+                                      : "chat.completion";
   json e = {{"id", meta_.id},
-            {"object", "text_completion"},
+            {"object", object},
             {"created", meta_.created},
             {"model", meta_.model},
             {"choices", std::move(choices)}};
@@ -104,11 +117,21 @@ json CompletionCall::choice(const std::string& text, const std::vector<int32_t>&
           {"token_logprobs", logprobs},
           {"top_logprobs", nullptr},
           {"text_offset", offsets}};
+    if (meta_.chat) lp = chat_logprobs(tokens, logprobs);
   }
-  return {{"index", 0},
-          {"text", text},
-          {"logprobs", lp},
-          {"finish_reason", reason ? json(reason) : json(nullptr)}};
+  json c = {
+      {"index", 0}, {"logprobs", lp}, {"finish_reason", reason ? json(reason) : json(nullptr)}};
+  if (!meta_.chat) {
+    c["text"] = text;
+  } else if (!meta_.stream) {
+    c["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    c["delta"] = {{"content", text}};
+    // The first chunk names the role, as OpenAI's do.
+    if (!role_sent_) c["delta"]["role"] = "assistant";
+    role_sent_ = true;
+  }
+  return c;
 }
 
 // The chunk's text less stop strings and stop tokens (the token's own text: the chunk may start
@@ -173,8 +196,14 @@ void CompletionCall::on_finish(Completion done) {
 
 void CompletionCall::fail(const absl::Status& status) {
   metrics_.count_request(static_cast<int>(status.code()));
-  ApiError e = api_error(status);
-  exchange_->reply(e.http_status, kJson, json_text(e.body()));
+  reply_error(*exchange_, api_error(status));
+}
+
+void reply_error(http::Exchange& exchange, const ApiError& e) {
+  // A full queue drains within about a second of decode steps; clients that honour Retry-After
+  // (the openai SDKs do) come back then instead of at once.
+  if (e.http_status == 429) exchange.add_header("Retry-After", "1");
+  exchange.reply(e.http_status, kJson, json_text(e.body()));
 }
 
 }  // namespace fpa::server

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_request.h"
 #include "server/request.h"
 #include "server/scheduler.h"
 #include "server/stop_strings.h"
@@ -24,11 +25,15 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  bool chat = false;                     // /v1/chat/completions: message/delta instead of text
   std::vector<std::string> stop;         // trimmed from the text, with what follows
   bool include_stop = false;             // ... unless include_stop_str_in_output
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
 };
+
+// An OpenAI-style error response (429s with Retry-After).
+void reply_error(http::Exchange& exchange, const ApiError& e);
 
 class CompletionCall final : public RequestSink,
                              public std::enable_shared_from_this<CompletionCall> {
@@ -61,6 +66,7 @@ class CompletionCall final : public RequestSink,
   std::vector<int32_t> ids_;
   std::vector<float> logprobs_;
   bool streaming_ = false;
+  bool role_sent_ = false;
   int64_t text_offset_ = 0;  // bytes of text before the next token, for logprobs.text_offset
 };
 

@@ -107,7 +107,10 @@ absl::Status set_seed(const json& v, CompletionRequest& r) {
 absl::Status set_stream_options(const json& v, CompletionRequest& r) {
   if (!v.is_object()) return bad("stream_options", "must be an object");
   for (const auto& [key, value] : v.items()) {
-    if (key != "include_usage") return bad("stream_options." + clip(key), "unknown field");
+    if (key != "include_usage") {
+      r.ignored.push_back("stream_options." + clip(key));
+      continue;
+    }
     if (!value.is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
     r.include_usage = value.get<bool>();
   }
@@ -166,6 +169,10 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       {"best_of", neutral_only("best_of", 1, "only 1")},
       {"echo", neutral_only("echo", false, "echoing the prompt is not supported")},
       {"presence_penalty", neutral_only("presence_penalty", 0, "penalties are not supported")},
+      // vLLM's benchmark client sends 1.0.
+      // TODO(issue 24): apply repetition and presence/frequency penalties in the sampler.
+      {"repetition_penalty",
+       neutral_only("repetition_penalty", 1.0, "penalties are not supported")},
       {"frequency_penalty", neutral_only("frequency_penalty", 0, "penalties are not supported")},
       {"logit_bias", neutral_only("logit_bias", json::object(), "logit_bias is not supported")},
   };
@@ -197,7 +204,10 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
     for (const auto& [name, setter] : fields()) {
       if (name == key) set = &setter;
     }
-    if (set == nullptr) return bad(clip(key), "unknown field");
+    if (set == nullptr) {
+      r.ignored.push_back(clip(key));
+      continue;
+    }
     if (absl::Status st = (*set)(value, r); !st.ok()) return st;
   }
   if (!body.contains("prompt")) return bad("prompt", "is required");

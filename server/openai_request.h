@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,8 +23,9 @@ struct CompletionRequest {
   v1::GenerateRequest generate;
   std::optional<std::string> model;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool include_stop = false;   // include_stop_str_in_output: keep the matched stop string
+  bool include_usage = false;        // stream_options.include_usage
+  bool include_stop = false;         // include_stop_str_in_output: keep the matched stop string
+  std::vector<std::string> ignored;  // unknown fields, accepted and ignored as vLLM does
 };
 
 // InvalidArgument with a message that starts with the OpenAI field's name.

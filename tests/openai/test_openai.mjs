@@ -142,6 +142,52 @@ test("stop_token_ids end generation; the stop token's text is trimmed unless kep
   assert.equal(err.param, "stop_token_ids");
 });
 
+test("chat completions, plain and streamed, through the default (ChatML) template", async () => {
+  const messages = [
+    { role: "system", content: "You are terse." },
+    { role: "user", content: [{ type: "text", text: "Name a colour." }] },
+  ];
+  const body = { model: MODEL_NAME, messages, max_completion_tokens: 12, temperature: 0 };
+  const chat = await client.chat.completions.create(body);
+  assert.equal(chat.object, "chat.completion");
+  assert.match(chat.id, /^chatcmpl-/);
+  assert.equal(chat.choices[0].message.role, "assistant");
+  // The same as a completion of the documented template's prompt.
+  const prompt = "<|im_start|>system\nYou are terse.<|im_end|>\n" +
+    "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n";
+  const same = await client.completions.create({
+    model: MODEL_NAME, prompt, max_tokens: 12, temperature: 0, stop: ["<|im_end|>"],
+  });
+  assert.equal(chat.choices[0].message.content, same.choices[0].text);
+  assert.equal(chat.choices[0].finish_reason, same.choices[0].finish_reason);
+  assert.equal(chat.usage.prompt_tokens, same.usage.prompt_tokens);
+  const stream = await client.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true }, logprobs: true,
+  });
+  let text = "", roles = [], reason = null, usage = null, lps = 0;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (!chunk.choices.length) {
+      usage = chunk.usage;
+      continue;
+    }
+    const c = chunk.choices[0];
+    text += c.delta.content ?? "";
+    if (c.delta.role) roles.push(c.delta.role);
+    lps += c.logprobs?.content.length ?? 0;
+    reason = c.finish_reason ?? reason;
+  }
+  assert.equal(text, chat.choices[0].message.content);
+  assert.deepEqual(roles, ["assistant"]);
+  assert.equal(reason, chat.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, chat.usage.completion_tokens);
+  assert.equal(lps, chat.usage.completion_tokens);
+  const err = await client.chat.completions
+    .create({ model: MODEL_NAME, messages: [{ content: "hi" }] }).then(() => null, (e) => e);
+  assert.equal(err?.status, 400);
+  assert.equal(err.param, "messages[0].role");
+});
+
 test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
   const run = (extra) => client.completions.create({
     model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
@@ -169,7 +215,8 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ prompt: [256, 999999] }, "prompt"],
     [{ n: 2 }, "n"],
     [{ logprobs: 3 }, "logprobs"],
-    [{ tempreature: 1 }, "tempreature"],
+    [{ repetition_penalty: 1.5 }, "repetition_penalty"],
+    [{ stop_token_ids: "2" }, "stop_token_ids"],
   ];
   for (const [extra, field] of cases) {
     const err = await client.completions
@@ -184,6 +231,53 @@ test("a bad field is a 400 whose error names it", async () => {
   const wrongModel = await client.completions
     .create({ model: "gpt-4", prompt: "x" }).then(() => null, (e) => e);
   assert.ok(wrongModel instanceof OpenAI.NotFoundError);
+});
+
+test("unknown fields are accepted and ignored, named in a response header, as vLLM does",
+     async () => {
+  const body = { model: MODEL_NAME, prompt: "x", max_tokens: 2, temperature: 0 };
+  const { data, response } = await client.completions
+    .create({ ...body, tempreature: 1, guided_json: { type: "object" } })
+    .withResponse();
+  assert.equal(data.choices[0].finish_reason, "length");
+  assert.equal(response.headers.get("x-fpa-ignored-fields"), "guided_json, tempreature"); // in name order
+  const plain = await client.completions.create(body).withResponse();
+  assert.equal(plain.response.headers.get("x-fpa-ignored-fields"), null);
+  assert.equal(plain.data.choices[0].text, data.choices[0].text);
+  // Streamed too, and a header cannot be forged with a field name.
+  const raw = await fetch(`${shared.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true, "a\r\nSet-Cookie: x": 1,
+                           stream_options: { continuous_usage_stats: true } }),
+  });
+  assert.equal(raw.status, 200);
+  assert.equal(raw.headers.get("set-cookie"), null);
+  assert.equal(raw.headers.get("x-fpa-ignored-fields"),
+               "a??Set-Cookie: x, stream_options.continuous_usage_stats");
+  await raw.text();
+  assert.match(shared.log(), /present in the request but ignored: guided_json, tempreature/);
+});
+
+test("the body of vLLM's benchmark client (vllm bench serve, openai completions) is served",
+     async () => {
+  // vLLM's async_request_openai_completions (module vllm.benchmarks.lib.endpoint_request_func)
+  // at vllm-project/vllm@3aee4a4f4c4d1a2a7af3ebdb88c768e459e6c602, with --ignore-eos; "logprobs"
+  // is None unless --logprobs is given, which aiohttp sends as null.
+  const payload = {
+    model: MODEL_NAME, prompt: "The sky is blue. The grass is", repetition_penalty: 1.0,
+    max_tokens: 10, logprobs: null, stream: true, stream_options: { include_usage: true },
+    ignore_eos: true,
+  };
+  const raw = await fetch(`${shared.base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify(payload),
+  });
+  assert.equal(raw.status, 200);
+  assert.equal(raw.headers.get("x-fpa-ignored-fields"), null);
+  const events = (await raw.text()).split("\n\n").filter(Boolean);
+  assert.equal(events.at(-1), "data: [DONE]");
+  const usage = JSON.parse(events.at(-2).slice("data: ".length)).usage;
+  assert.equal(usage.completion_tokens, 10);
 });
 
 // Streams a long request until its first token; returns the stream and its AbortController.
@@ -212,6 +306,7 @@ test("a full queue is a 429; a draining server is a 503 and ends what it could n
   assert.ok(err instanceof OpenAI.RateLimitError, `${err}`);
   assert.equal(err.status, 429);
   assert.equal(err.type, "rate_limit_error");
+  assert.equal(err.headers.get("retry-after"), "1");
   s.proc.kill("SIGTERM");
   assert.ok(await eventually(async () => (await fetch(`${s.base}/health`)).status === 503));
   const refused = await c.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })

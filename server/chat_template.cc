@@ -1,0 +1,80 @@
+#include "server/chat_template.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace fpa::server {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+absl::StatusOr<std::string> content_of(const json& content, const std::string& field) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return bad(field, "must be a string or an array of text parts");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return bad(field, "only parts {\"type\": \"text\", \"text\": ...} are supported");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> render_chat(const json& messages) {
+  if (!messages.is_array() || messages.empty()) {
+    return bad("messages", "must be a non-empty array of messages");
+  }
+  std::string prompt;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return bad(field, "must be an object");
+    const json role = m.value("role", json());
+    if (!role.is_string() || role.get<std::string>().empty()) {
+      return bad(field + ".role", "must be a non-empty string");
+    }
+    absl::StatusOr<std::string> content =
+        content_of(m.value("content", json("")), field + ".content");
+    if (!content.ok()) return content.status();
+    absl::StrAppend(&prompt, "<|im_start|>", role.get<std::string>(), "\n", *content,
+                    kChatEndOfTurn, "\n");
+  }
+  return prompt + "<|im_start|>assistant\n";
+}
+
+absl::StatusOr<json> chat_to_completion(const json& body) {
+  if (!body.is_object()) return bad("body", "must be a JSON object");
+  if (!body.contains("messages")) return bad("messages", "is required");
+  absl::StatusOr<std::string> prompt = render_chat(body["messages"]);
+  if (!prompt.ok()) return prompt.status();
+  json out = body;
+  out.erase("messages");
+  if (out.contains("prompt")) return bad("prompt", "is not a chat field (use messages)");
+  out["prompt"] = *prompt;
+  if (json m = body.value("max_completion_tokens", json()); !m.is_null()) {
+    out.erase("max_completion_tokens");
+    out["max_tokens"] = m;
+  }
+  json stop = body.value("stop", json());
+  if (stop.is_null()) stop = json::array();
+  if (stop.is_string()) stop = json::array({stop});
+  if (stop.is_array()) stop.push_back(kChatEndOfTurn);
+  out["stop"] = stop;  // a wrong type stays wrong, for the completion's check to name it
+  // Chat's logprobs is a boolean; top_logprobs (alternatives) is not computed.
+  if (json t = body.value("top_logprobs", json()); !t.is_null()) {
+    out.erase("top_logprobs");
+    if (t != 0) return bad("top_logprobs", "only 0 is supported (alternatives are not computed)");
+  }
+  return out;
+}
+
+}  // namespace fpa::server
