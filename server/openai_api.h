@@ -37,6 +37,8 @@ class OpenAiApi {
 
  private:
   void route(std::shared_ptr<http::Exchange> exchange);
+  // vLLM's POST /tokenize (`encode`) or /detokenize.
+  void tokenizer_call(http::Exchange& exchange, bool encode) const;
   // POST /v1/completions, or /v1/chat/completions (`chat`) through the chat template.
   void completions(std::shared_ptr<http::Exchange> exchange, bool chat);
   void models(http::Exchange& exchange) const;

@@ -188,6 +188,31 @@ test("chat completions, plain and streamed, through the default (ChatML) templat
   assert.equal(err.param, "messages[0].role");
 });
 
+test("/tokenize and /detokenize answer as vLLM's", async () => {
+  const post = async (path, body) => {
+    const r = await fetch(`${shared.base}${path}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    return { status: r.status, json: await r.json() };
+  };
+  const t = await post("/tokenize", { model: MODEL_NAME, prompt: "héllo" });
+  assert.equal(t.status, 200);
+  const ids = [256, ...Buffer.from("héllo")]; // [BOS] + bytes
+  assert.deepEqual(t.json, { count: ids.length, max_model_len: t.json.max_model_len,
+                             tokens: ids, token_strs: null });
+  assert.ok(t.json.max_model_len > 0);
+  const bare = await post("/tokenize", { prompt: "héllo", add_special_tokens: false });
+  assert.deepEqual(bare.json.tokens, ids.slice(1));
+  const chat = await post("/tokenize", { messages: [{ role: "user", content: "hi" }] });
+  assert.deepEqual(chat.json.tokens,
+                   [256, ...Buffer.from("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")]);
+  const d = await post("/detokenize", { model: MODEL_NAME, tokens: ids });
+  assert.deepEqual(d, { status: 200, json: { prompt: "héllo" } });
+  const bad = await post("/detokenize", { tokens: [1, 1 << 20] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, "tokens");
+});
+
 test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
   const run = (extra) => client.completions.create({
     model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
