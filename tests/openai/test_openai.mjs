@@ -241,6 +241,8 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ n: 2 }, "n"],
     [{ logprobs: 3 }, "logprobs"],
     [{ repetition_penalty: 1.5 }, "repetition_penalty"],
+    [{ min_p: 0.1 }, "min_p"],
+    [{ min_tokens: 4 }, "min_tokens"],
     [{ stop_token_ids: "2" }, "stop_token_ids"],
   ];
   for (const [extra, field] of cases) {
