@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/api_key.h"
 #include "server/chat_template.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
@@ -70,6 +71,12 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
   if (r.method != method) {
     return reply_error(*exchange,
                        api_error(405, "method_not_allowed", absl::StrCat(path, ": only ", method)));
+  }
+  // As vLLM's --api-key: probes and scrapers need no key.
+  if (path != "/health" && !info_.api_key.empty() &&
+      !bearer_matches(r.authorization, info_.api_key)) {
+    return reply_error(*exchange, api_error(401, "invalid_api_key",
+                                            "Authorization: a wrong or missing Bearer key"));
   }
   if (path == "/health") {
     return exchange->reply(draining_ ? 503 : 200, "text/plain; charset=utf-8", "");

@@ -24,6 +24,7 @@ struct OpenAiInfo {
   std::string model_name;  // the id /v1/models lists and requests may name
   RequestLimits limits;
   std::string attention;  // the model's attention kind (fpa, fox, softmax), for /v1/models
+  std::string api_key;    // --api-key; empty: no check
 };
 
 class OpenAiApi {

@@ -307,6 +307,22 @@ test("the body of vLLM's benchmark client (vllm bench serve, openai completions)
   assert.equal(usage.completion_tokens, 10);
 });
 
+test("--api-key: a Bearer key is required on the API, not on /health and /metrics", async () => {
+  const s = await server("--api-key", "s3cret");
+  const ok = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3cret", maxRetries: 0 });
+  const r = await ok.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 });
+  assert.equal(r.choices.length, 1);
+  const wrong = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3creT", maxRetries: 0 });
+  const err = await wrong.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
+    .then(() => null, (e) => e);
+  assert.ok(err instanceof OpenAI.AuthenticationError, `${err}`);
+  assert.equal(err.status, 401);
+  assert.equal((await fetch(`${s.base}/v1/models`)).status, 401);
+  assert.equal((await fetch(`${s.base}/health`)).status, 200);
+  assert.equal((await fetch(`${s.base}/metrics`)).status, 200);
+  s.stop();
+});
+
 // Streams a long request until its first token; returns the stream and its AbortController.
 async function longStream(c) {
   const controller = new AbortController();
