@@ -159,7 +159,8 @@ void Connection::dispatch() {
   auto& req = parser_->get();
   keep_alive_ = req.keep_alive();
   version_ = req.version();
-  Request r{std::string(req.method_string()), std::string(req.target()), std::move(req.body())};
+  Request r{std::string(req.method_string()), std::string(req.target()), std::move(req.body()),
+            std::string(req[bhttp::field::authorization])};
   parser_.reset();
   stream_.expires_never();  // a generation may take minutes; disconnects are watched instead
   set_responding(true);

@@ -41,6 +41,7 @@ struct Request {
   std::string method;
   std::string target;  // path and query, as sent
   std::string body;
+  std::string authorization;  // the Authorization header, as sent
 };
 
 // One request and its response. Every method may be called from any thread; the I/O thread

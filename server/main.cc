@@ -176,7 +176,7 @@ int serve(const ServeOptions& o) {
   FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
 
   OpenAiApi api(scheduler, metrics,
-                {model_name, info.limits, attention_kind_name(config.attention)});
+                {model_name, info.limits, attention_kind_name(config.attention), o.api_key});
   absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
       http::HttpServer::start(o.http_address, http_limits, api.handler());
   if (!api_http.ok()) {

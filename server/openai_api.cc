@@ -8,10 +8,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/json_depth.h"
+#include "server/api_key.h"
 #include "server/chat_template.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
 #include "server/openai_request.h"
+#include "server/openai_tokenize.h"
 #include "server/validate.h"
 
 namespace fpa::server {
@@ -61,7 +63,8 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
   if (serve_metrics(*exchange, *collectable_)) return;
   std::string path = r.target.substr(0, r.target.find('?'));
   const bool chat = path == "/v1/chat/completions";
-  const char* method = path == "/v1/completions" || chat           ? "POST"
+  const bool tokens = path == "/tokenize" || path == "/detokenize";
+  const char* method = path == "/v1/completions" || chat || tokens ? "POST"
                        : path == "/v1/models" || path == "/health" ? "GET"
                                                                    : nullptr;
   if (method == nullptr) {
@@ -72,10 +75,17 @@ void OpenAiApi::route(std::shared_ptr<http::Exchange> exchange) {
     return reply_error(*exchange, api_error(405, "method_not_allowed",
                                             absl::StrCat(clip(path), ": only ", method)));
   }
+  // As vLLM's --api-key: probes and scrapers need no key.
+  if (path != "/health" && !info_.api_key.empty() &&
+      !bearer_matches(r.authorization, info_.api_key)) {
+    return reply_error(*exchange, api_error(401, "invalid_api_key",
+                                            "Authorization: a wrong or missing Bearer key"));
+  }
   if (path == "/health") {
     return exchange->reply(draining_ ? 503 : 200, "text/plain; charset=utf-8", "");
   }
   if (path == "/v1/models") return models(*exchange);
+  if (tokens) return tokenizer_call(*exchange, path == "/tokenize");
   completions(std::move(exchange), chat);
 }
 
@@ -88,6 +98,16 @@ void OpenAiApi::models(http::Exchange& exchange) const {
                 {"attention", info_.attention},
                 {"tokenizer", info_.limits.tokenizer->kind()}};
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
+}
+
+void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
+  json body = json::parse(exchange.request().body, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<json> answer = body.is_discarded()
+                                    ? absl::InvalidArgumentError("body: not valid JSON")
+                                : encode ? tokenize(body, info_.limits)
+                                         : detokenize(body, info_.limits);
+  if (!answer.ok()) return reply_error(exchange, api_error(answer.status()));
+  exchange.reply(200, kJson, json_text(*answer));
 }
 
 void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat) {

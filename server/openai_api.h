@@ -24,6 +24,7 @@ struct OpenAiInfo {
   std::string model_name;  // the id /v1/models lists and requests may name
   RequestLimits limits;
   std::string attention;  // the model's attention kind (fpa, fox, softmax), for /v1/models
+  std::string api_key;    // --api-key; empty: no check
 };
 
 class OpenAiApi {
@@ -37,6 +38,8 @@ class OpenAiApi {
 
  private:
   void route(std::shared_ptr<http::Exchange> exchange);
+  // vLLM's POST /tokenize (`encode`) or /detokenize.
+  void tokenizer_call(http::Exchange& exchange, bool encode) const;
   // POST /v1/completions, or /v1/chat/completions (`chat`) through the chat template.
   void completions(std::shared_ptr<http::Exchange> exchange, bool chat);
   void models(http::Exchange& exchange) const;

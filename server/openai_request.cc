@@ -173,6 +173,8 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       // TODO(issue 24): apply repetition and presence/frequency penalties in the sampler.
       {"repetition_penalty",
        neutral_only("repetition_penalty", 1.0, "penalties are not supported")},
+      {"min_p", neutral_only("min_p", 0, "min_p is not supported")},
+      {"min_tokens", neutral_only("min_tokens", 0, "min_tokens is not supported")},
       {"frequency_penalty", neutral_only("frequency_penalty", 0, "penalties are not supported")},
       {"logit_bias", neutral_only("logit_bias", json::object(), "logit_bias is not supported")},
   };

@@ -15,6 +15,7 @@ struct ServeOptions {
   std::string metrics_address = "0.0.0.0:9400";
   std::string http_address = "0.0.0.0:8000";
   std::string served_model_name;  // the model directory's name when empty
+  std::string api_key;            // empty: the HTTP API is open
   std::string backend = "auto";   // auto | cpu | cuda
   int64_t cache_bytes = 268435456;
   std::optional<int64_t> cache_pages;

@@ -188,6 +188,31 @@ test("chat completions, plain and streamed, through the default (ChatML) templat
   assert.equal(err.param, "messages[0].role");
 });
 
+test("/tokenize and /detokenize answer as vLLM's", async () => {
+  const post = async (path, body) => {
+    const r = await fetch(`${shared.base}${path}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    return { status: r.status, json: await r.json() };
+  };
+  const t = await post("/tokenize", { model: MODEL_NAME, prompt: "héllo" });
+  assert.equal(t.status, 200);
+  const ids = [256, ...Buffer.from("héllo")]; // [BOS] + bytes
+  assert.deepEqual(t.json, { count: ids.length, max_model_len: t.json.max_model_len,
+                             tokens: ids, token_strs: null });
+  assert.ok(t.json.max_model_len > 0);
+  const bare = await post("/tokenize", { prompt: "héllo", add_special_tokens: false });
+  assert.deepEqual(bare.json.tokens, ids.slice(1));
+  const chat = await post("/tokenize", { messages: [{ role: "user", content: "hi" }] });
+  assert.deepEqual(chat.json.tokens,
+                   [256, ...Buffer.from("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")]);
+  const d = await post("/detokenize", { model: MODEL_NAME, tokens: ids });
+  assert.deepEqual(d, { status: 200, json: { prompt: "héllo" } });
+  const bad = await post("/detokenize", { tokens: [1, 1 << 20] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, "tokens");
+});
+
 test("the FPA extension fields choose the cache policy; usage reports what it held", async () => {
   const run = (extra) => client.completions.create({
     model: MODEL_NAME, prompt: LONG_PROMPT, max_tokens: 20, temperature: 0, ...extra,
@@ -216,6 +241,8 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ n: 2 }, "n"],
     [{ logprobs: 3 }, "logprobs"],
     [{ repetition_penalty: 1.5 }, "repetition_penalty"],
+    [{ min_p: 0.1 }, "min_p"],
+    [{ min_tokens: 4 }, "min_tokens"],
     [{ stop_token_ids: "2" }, "stop_token_ids"],
   ];
   for (const [extra, field] of cases) {
@@ -278,6 +305,22 @@ test("the body of vLLM's benchmark client (vllm bench serve, openai completions)
   assert.equal(events.at(-1), "data: [DONE]");
   const usage = JSON.parse(events.at(-2).slice("data: ".length)).usage;
   assert.equal(usage.completion_tokens, 10);
+});
+
+test("--api-key: a Bearer key is required on the API, not on /health and /metrics", async () => {
+  const s = await server("--api-key", "s3cret");
+  const ok = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3cret", maxRetries: 0 });
+  const r = await ok.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 });
+  assert.equal(r.choices.length, 1);
+  const wrong = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3creT", maxRetries: 0 });
+  const err = await wrong.completions.create({ model: MODEL_NAME, prompt: "x", max_tokens: 2 })
+    .then(() => null, (e) => e);
+  assert.ok(err instanceof OpenAI.AuthenticationError, `${err}`);
+  assert.equal(err.status, 401);
+  assert.equal((await fetch(`${s.base}/v1/models`)).status, 401);
+  assert.equal((await fetch(`${s.base}/health`)).status, 200);
+  assert.equal((await fetch(`${s.base}/metrics`)).status, 200);
+  s.stop();
 });
 
 // Streams a long request until its first token; returns the stream and its AbortController.
