@@ -100,12 +100,27 @@ void OpenAiApi::models(http::Exchange& exchange) const {
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
 }
 
+namespace {
+
+// Every JSON body enters here: its depth is bounded before a value is built (a deep body
+// would otherwise exhaust the stack in the code that walks it).
+absl::StatusOr<json> parse_body(const std::string& text) {
+  if (!json_depth_within(text)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("body: nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON");
+  return body;
+}
+
+}  // namespace
+
 void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
-  json body = json::parse(exchange.request().body, nullptr, /*allow_exceptions=*/false);
-  absl::StatusOr<json> answer = body.is_discarded()
-                                    ? absl::InvalidArgumentError("body: not valid JSON")
-                                : encode ? tokenize(body, info_.limits)
-                                         : detokenize(body, info_.limits);
+  absl::StatusOr<json> body = parse_body(exchange.request().body);
+  absl::StatusOr<json> answer = !body.ok() ? body
+                                : encode   ? tokenize(*body, info_.limits)
+                                           : detokenize(*body, info_.limits);
   if (!answer.ok()) return reply_error(exchange, api_error(answer.status()));
   exchange.reply(200, kJson, json_text(*answer));
 }
@@ -115,12 +130,9 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
     metrics_.count_request(static_cast<int>(st.code()));
     reply_error(*exchange, api_error(st));
   };
-  if (!json_depth_within(exchange->request().body)) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("body: nested deeper than ", kMaxJsonDepth, " levels")));
-  }
-  json body = json::parse(exchange->request().body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return refuse(absl::InvalidArgumentError("body: not valid JSON"));
+  absl::StatusOr<json> parsed = parse_body(exchange->request().body);
+  if (!parsed.ok()) return refuse(parsed.status());
+  json body = std::move(*parsed);
   if (chat) {
     absl::StatusOr<json> as_completion = chat_to_completion(body);
     if (!as_completion.ok()) return refuse(as_completion.status());

@@ -51,13 +51,13 @@ def status_of(response: bytes) -> int:
     return int(response[9:12])
 
 
-def completion_request(body: bytes) -> bytes:
-    return (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+def completion_request(body: bytes, path: str = "/v1/completions") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
-def post_completion(port: int, body: bytes) -> bytes:
-    return exchange(port, completion_request(body))
+def post_completion(port: int, body: bytes, path: str = "/v1/completions") -> bytes:
+    return exchange(port, completion_request(body, path))
 
 
 def assert_alive(s: Server):
@@ -81,9 +81,10 @@ def test_trailer_over_64k_is_refused(server, port_of):
     assert_alive(server)
 
 
-def test_deeply_nested_prompt_is_refused(server):
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+def test_deeply_nested_prompt_is_refused(server, path):
     body = json.dumps({"max_tokens": 1})[:-1] + ', "prompt": ' + nested(200000, "256") + "}"
-    response = post_completion(http_port(server), body.encode())
+    response = post_completion(http_port(server), body.encode(), path)
     assert status_of(response) == 400
     assert b"nested deeper than" in response
     assert_alive(server)
