@@ -111,17 +111,20 @@ void Acceptor::accept_ready(Clock::time_point now) {
 }
 
 void Acceptor::out_of_descriptors(Clock::time_point now) {
-  // The reserved descriptor makes room to accept the waiting client and close it at once: it
-  // learns now that the server is full, rather than when its own timeout expires.
+  // The reserved descriptor makes room to accept the waiting clients one by one and close each
+  // at once: the whole backlog learns now that the server is full, rather than one client per
+  // back-off period while the others wait for their own timeouts.
   if (reserve_fd_ >= 0) {
     ::close(reserve_fd_);
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd >= 0) ::close(fd);
-    reserve_fd_ = open_reserve();
-  } else {
-    reserve_fd_ = open_reserve();
+    // Bounded: a client flood cannot hold the loop here (4096: Linux's default somaxconn).
+    for (int i = 0; i < 4096; ++i) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) break;
+      ::close(fd);
+      note_shed("out of file descriptors");
+    }
   }
-  note_shed("out of file descriptors");
+  reserve_fd_ = open_reserve();
   resume_at_ = now + backoff_;
   backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }

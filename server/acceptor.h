@@ -3,8 +3,9 @@
 // accept4 fails (EMFILE); this one instead:
 // - sheds connections beyond `max_connections` (accepted and closed at once, so the client fails
 //   fast instead of waiting in the backlog);
-// - when descriptors run out, closes a reserved descriptor to accept and shed one connection, then
-//   backs off (10 ms doubling to 1 s) and retries, so it recovers once descriptors free up;
+// - when descriptors run out, closes a reserved descriptor to accept and shed every connection
+//   waiting in the backlog, then backs off (10 ms doubling to 1 s) and retries, so it recovers
+//   once descriptors free up;
 // - closes connections that have not sent the HTTP/2 client preface within `handshake_timeout`,
 //   and connections whose first bytes are not that preface.
 #pragma once

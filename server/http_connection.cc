@@ -105,15 +105,19 @@ void Connection::read_header() {
       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
-bool Connection::request_line_too_long() const {
-  auto data = static_cast<const char*>(buffer_.data().data());
-  std::string_view seen(data, std::min(buffer_.size(), limits_.max_request_line + 2));
-  return seen.find("\r\n") == std::string_view::npos;
+// Bytes of the header fields as sent: "Name: value\r\n" each.
+size_t Connection::field_bytes() const {
+  size_t n = 0;
+  for (const auto& f : parser_->get()) n += f.name_string().size() + f.value().size() + 4;
+  return n;
 }
 
+// The parser reads at most a request line and the fields together (its one limit); each part is
+// then held to its own. Beast consumes the request line once parsed, and only then sets the
+// target: a limit hit without one is the line's.
 void Connection::on_header(beast::error_code ec) {
   if (ec == bhttp::error::header_limit) {
-    return request_line_too_long()
+    return parser_->get().target().empty()
                ? reject(Status::uri_too_long, "request line too long")
                : reject(Status::request_header_fields_too_large, "header fields too large");
   }
@@ -124,6 +128,9 @@ void Connection::on_header(beast::error_code ec) {
   // "METHOD SP target SP HTTP/1.1": a line that fit only because the headers were short.
   if (req.method_string().size() + req.target().size() + 10 > limits_.max_request_line) {
     return reject(Status::uri_too_long, "request line too long");
+  }
+  if (field_bytes() > limits_.max_header_bytes) {
+    return reject(Status::request_header_fields_too_large, "header fields too large");
   }
   if (parser_->is_done()) return dispatch();
   // curl asks before sending a body over 1 KiB, and waits a second for the answer otherwise.

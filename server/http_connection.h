@@ -50,7 +50,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_header(boost::beast::error_code ec);
   void read_body();
   void on_body(boost::beast::error_code ec);
-  bool request_line_too_long() const;
+  size_t field_bytes() const;
   void dispatch();
   void watch_disconnect();
   void peer_done_sending(uint64_t id);

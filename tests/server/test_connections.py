@@ -101,3 +101,18 @@ def test_listener_recovers_when_descriptors_run_out(make_server):
         c.close()
     wait_for(lambda: served(s.address), timeout=15)  # the listener recovers
     assert s.client.generate("recovered", max_new_tokens=2).usage.generated_tokens == 2
+
+
+def test_out_of_descriptors_sheds_the_whole_backlog(make_server):
+    """Silent clients fill the descriptors and queue in the backlog: a new client is refused
+    within a back-off period (the listener used to shed one queued client per period, so a new
+    one waited behind all of them)."""
+    s = make_server("--max-connections", "1000", "--handshake-timeout-seconds", "60",
+                    nofile=96)
+    held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(150)]
+    time.sleep(1)
+    with socket.create_connection(("127.0.0.1", s.port)) as late:
+        assert seconds_until_closed(late, limit=10) < 2.5
+    for c in held:
+        c.close()
+    wait_for(lambda: served(s.address), timeout=15)

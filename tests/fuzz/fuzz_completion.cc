@@ -1,0 +1,51 @@
+// A /v1/completions body -> CompletionRequest -> GenerationParams, the path of every OpenAI
+// request (server/openai_api.cc): the depth check, the JSON parse, the field parser and the
+// shared validation. Nothing may crash, recurse without bound, or echo a long client string.
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "model/json_depth.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "server/openai_request.h"
+#include "server/validate.h"
+
+namespace {
+
+void check_error(const absl::Status& st) {
+  // Every client string in a message is cut to 64 bytes; the longest fixed text is far below.
+  if (st.message().size() > 600) std::abort();
+  fpa::server::ApiError e = fpa::server::api_error(st);
+  (void)fpa::server::json_text(e.body());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  if (!fpa::json_depth_within(body)) return 0;
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return 0;
+  absl::StatusOr<fpa::server::CompletionRequest> req = fpa::server::parse_completion_request(j);
+  if (!req.ok()) {
+    check_error(req.status());
+    return 0;
+  }
+  static const std::unique_ptr<fpa::Tokenizer> tokenizer = [] {
+    fpa::ModelConfig config;
+    config.vocab_size = 259;
+    return fpa::make_byte_tokenizer(config);
+  }();
+  const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
+  absl::StatusOr<fpa::server::GenerationParams> p = fpa::server::to_params(req->generate, limits);
+  if (!p.ok()) {
+    check_error(p.status());
+    return 0;
+  }
+  if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
+      p->max_new_tokens < 1 || p->max_new_tokens > limits.max_new_tokens) {
+    std::abort();
+  }
+  return 0;
+}
