@@ -17,8 +17,8 @@ namespace {
 std::unique_ptr<fpa::Tokenizer> make(bool json_escape) {
   fpa::BpeSpec spec;
   for (int b = 0; b < 256; ++b) spec.vocab.emplace_back(1, static_cast<char>(b));
-  spec.merges = {{"t", "h"}, {"th", "e"}, {" ", "t"}, {" ", " "}, {"  ", "  "},
-                 {"\\", "u"}, {"\xC3", "\xA9"}, {"e", "r"}};
+  spec.merges = {{"t", "h"},   {"th", "e"}, {" ", "t"},       {" ", " "},
+                 {"  ", "  "}, {"\\", "u"}, {"\xC3", "\xA9"}, {"e", "r"}};
   for (const auto& [a, b] : spec.merges) spec.vocab.push_back(a + b);
   spec.pattern = fpa::kGpt2Pattern;
   spec.json_escape = json_escape;
