@@ -47,23 +47,43 @@ class Config:
     train_len: int = 512
     tau: float = 20.0
     vocab_size: int = VOCAB_SIZE
+    # FoX Pro's options (the Hugging Face format only, train/hf_checkpoint.py; docs/model-format.md)
+    qk_norm: bool = False  # per-head RMSNorm of q and k
+    qk_norm_shared: bool = False  # ... with one [head_dim] scale for every head
+    output_norm: bool = False  # per-head RMSNorm of the attention output
+    output_gate: str = ""  # "sigmoid" or "silu": o *= act(ogate x)
+    k_shift: bool = False  # ShiftLinear keys: k_t mixes in the previous token's projection
+    v_shift: bool = False  # ... and values
 
     def __post_init__(self):
         if self.attention not in KINDS:
             raise ValueError(f"attention must be one of {KINDS}, got {self.attention!r}")
         if self.levels not in ("free", "tied"):
             raise ValueError(f"levels must be 'free' or 'tied', got {self.levels!r}")
+        if self.output_gate not in ("", "sigmoid", "silu"):
+            raise ValueError(f"output_gate must be '', 'sigmoid' or 'silu', got {self.output_gate!r}")
+        if self.fox_pro_options() and self.attention != "fox":
+            raise ValueError(f"{sorted(self.fox_pro_options())} are options of fox models")
         if self.attention != "fpa" and self.levels != "tied":
             raise ValueError(f"{self.attention} models have tied levels")
         if self.attention != "softmax" and self.rope_theta:
             raise ValueError("fpa and fox models use no positional encoding")
+
+    def fox_pro_options(self) -> dict:
+        """The FoX Pro options set (not at their defaults)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+        return {k: getattr(self, k) for k in _FOX_PRO if getattr(self, k) != defaults[k]}
 
     @property
     def free_levels(self) -> bool:
         return self.attention == "fpa" and self.levels == "free"
 
     def to_json(self, training: dict | None = None) -> dict:
+        if self.fox_pro_options():
+            raise ValueError("fpa-serve/1 has no FoX Pro options (write the Hugging Face format)")
         out = {"format": "fpa-serve/1", **dataclasses.asdict(self)}
+        for key in _FOX_PRO:
+            del out[key]
         out["tokenizer"] = {"type": "byte", "bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
         out["training"] = training or {}
         return out
@@ -74,6 +94,9 @@ class Config:
             raise ValueError(f"unknown model format {d.get('format')!r}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+_FOX_PRO = ("qk_norm", "qk_norm_shared", "output_norm", "output_gate", "k_shift", "v_shift")
 
 
 class RMSNorm(nn.Module):
@@ -90,6 +113,23 @@ def _param(*shape) -> nn.Parameter:
     return nn.Parameter(torch.zeros(*shape))
 
 
+def rms_heads(x, weight, head_dim: int, eps: float):
+    """RMSNorm of each head's slice of x [..., n_heads * head_dim]; weight is [n_heads * head_dim]
+    or [head_dim] (one scale shared by every head)."""
+    heads = x.reshape(*x.shape[:-1], -1, head_dim)
+    heads = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + eps)
+    return heads.reshape(x.shape) * (weight if weight.shape[0] == x.shape[-1] else
+                                     weight.repeat(x.shape[-1] // head_dim))
+
+
+def shift_rows(y, gate, prev, n_heads: int):
+    """FoX Pro's ShiftLinear: row t of y [B, T, A] becomes a_t y_{t-1} + (1 - a_t) y_t per head,
+    a = sigmoid(gate) [B, T, H], y_{-1} = prev [B, 1, A] (zeros at a sequence's start)."""
+    a = torch.sigmoid(gate).repeat_interleave(y.shape[-1] // n_heads, dim=-1)
+    before = torch.cat([prev, y[:, :-1]], dim=1)
+    return a * before + (1 - a) * y
+
+
 def rope(x, pos, theta: float):
     """Rotate-half RoPE on [..., T, head_dim] at integer positions `pos` [T]."""
     half = x.shape[-1] // 2
@@ -100,8 +140,6 @@ def rope(x, pos, theta: float):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-# TODO(issue 25): FoX Pro's QK-norm, output gate + GroupRMSNorm and key/value shift here too (the
-# C++ side of them is checked against the published FoX code itself, tests/vectors/hf).
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -114,6 +152,17 @@ class Attention(nn.Module):
             self.level_w, self.level_b = _param(h, d), _param(h)
         if cfg.attention == "fpa":
             self.beta_raw = _param(h)
+        if cfg.qk_norm:
+            self.q_norm = _param(cfg.head_dim if cfg.qk_norm_shared else a)
+            self.k_norm = _param(cfg.head_dim if cfg.qk_norm_shared else a)
+        if cfg.output_norm:
+            self.out_norm = _param(a)
+        if cfg.output_gate:
+            self.ogate = _param(a, d)
+        if cfg.k_shift:
+            self.k_shift = _param(h, d)
+        if cfg.v_shift:
+            self.v_shift = _param(h, d)
 
     def beta(self):
         """Penalty scale per head: softplus(beta_raw) for fpa, 1 for fox, 0 for softmax."""
@@ -129,14 +178,41 @@ class Attention(nn.Module):
         u = x @ self.level_w.t() + self.level_b if self.cfg.free_levels else None
         return d, u
 
-    def qkv(self, x, pos):
-        """q, k, v as [B, H, T, head_dim], RoPE applied for softmax models that use it."""
-        b, t, _ = x.shape
-        split = lambda w: (x @ w.t()).view(b, t, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2)
-        q, k, v = split(self.wq), split(self.wk), split(self.wv)
+    def qkv(self, x, pos, prev: dict | None = None):
+        """q, k, v as [B, H, T, head_dim], RoPE applied for softmax models that use it. A shifted
+        projection continues from prev["k"] / prev["v"] (the previous token's projection, [B, 1,
+        A]; zeros when absent) and leaves its last row there."""
+        cfg, (b, t, _) = self.cfg, x.shape
+        q, k, v = x @ self.wq.t(), x @ self.wk.t(), x @ self.wv.t()
+        if cfg.k_shift:
+            k = self._shift(x, k, self.k_shift, prev, "k")
+        if cfg.v_shift:
+            v = self._shift(x, v, self.v_shift, prev, "v")
+        if cfg.qk_norm:  # GroupNorm's default eps in the published code, not norm_eps
+            q = rms_heads(q, self.q_norm, cfg.head_dim, 1e-5)
+            k = rms_heads(k, self.k_norm, cfg.head_dim, 1e-5)
+        split = lambda y: y.view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        q, k, v = split(q), split(k), split(v)
         if self.cfg.rope_theta:
             q, k = rope(q, pos, self.cfg.rope_theta), rope(k, pos, self.cfg.rope_theta)
         return q, k, v
+
+    def _shift(self, x, y, gate_w, prev, name: str):
+        before = prev.get(name) if prev is not None else None
+        out = shift_rows(y, x @ gate_w.t(), torch.zeros_like(y[:, :1]) if before is None else before,
+                         self.cfg.n_heads)
+        if prev is not None:
+            prev[name] = y[:, -1:]
+        return out
+
+    def output(self, x, o):
+        """FoX Pro's output stage on o [B, T, A] (output norm, then the gate), then wo."""
+        if self.cfg.output_norm:
+            o = rms_heads(o, self.out_norm, self.cfg.head_dim, self.cfg.norm_eps)
+        if self.cfg.output_gate:
+            g = x @ self.ogate.t()
+            o = o * (F.silu(g) if self.cfg.output_gate == "silu" else torch.sigmoid(g))
+        return o @ self.wo.t()
 
     def walk_levels(self, x):
         """phi and lvl, each [B, H, T] (phi is the cumulative sum of the increments)."""
@@ -177,7 +253,7 @@ class Attention(nn.Module):
             s = s.masked_fill(~keep, -math.inf)
             outs.append(torch.softmax(s, dim=-1) @ v[:, :, :i1])  # [B, H, rows, hd]
         out = torch.cat(outs, dim=2)
-        return out.transpose(1, 2).reshape(b, t, -1) @ self.wo.t()
+        return self.output(x, out.transpose(1, 2).reshape(b, t, -1))
 
 
 def _excess_rows(phi, lvl, m, i0: int, i1: int):
@@ -245,7 +321,8 @@ class Model(nn.Module):
         """Normal init with std 1/sqrt(fan_in) scaled per role: `walk_std` for field_w and
         level_w, `out_scale` for wo and w_down; the walk's bias and beta are constants."""
         g = torch.Generator().manual_seed(seed)
-        consts = {"norm.weight": 1.0, "field_b": field_bias, "beta_raw": beta_raw, "level_b": 0.0}
+        consts = {"norm.weight": 1.0, "field_b": field_bias, "beta_raw": beta_raw, "level_b": 0.0,
+                  "q_norm": 1.0, "k_norm": 1.0, "out_norm": 1.0}
         scales = {"field_w": walk_std, "level_w": walk_std, "wo": out_scale, "w_down": out_scale}
         with torch.no_grad():
             for name, p in self.named_parameters():
@@ -297,9 +374,10 @@ class _Cache:
         self.m = torch.full((nh, t_len), math.inf)
         self.live = torch.zeros(nh, t_len, dtype=torch.bool)
         self.phi = torch.zeros(nh)
+        self.shift = {}  # FoX Pro's shifted projections: the previous token's rows
 
     def step(self, attn: Attention, x, i: int, tau):
-        q, k, v = attn.qkv(x, torch.tensor([i]))
+        q, k, v = attn.qkv(x, torch.tensor([i]), self.shift)
         beta = attn.beta()
         nh, t_len = self.lvl.shape
         margin = torch.zeros(nh, t_len)
@@ -322,4 +400,4 @@ class _Cache:
             s = s - beta[:, None] * F.relu(self.lvl[:, : i + 1] - self.m[:, : i + 1])
         s = s.masked_fill(~self.live[:, : i + 1], -math.inf)
         out = (torch.softmax(s, dim=-1)[:, None, :] @ self.v[:, : i + 1])[:, 0]  # [H, hd]
-        return out.reshape(1, 1, -1) @ attn.wo.t(), self.live[:, :].clone(), margin
+        return attn.output(x, out.reshape(1, 1, -1)), self.live[:, :].clone(), margin
