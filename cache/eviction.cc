@@ -286,4 +286,8 @@ std::unique_ptr<EvictionRule> make_rule(const PolicyConfig& policy) {
   }
 }
 
+bool chunks_replay_decode(const PolicyConfig& policy) {
+  return make_rule(policy)->kernels_exclude_evicted();
+}
+
 }  // namespace fpa::cache

@@ -43,4 +43,11 @@ class EvictionRule {
 // The rule of a validated policy.
 std::unique_ptr<EvictionRule> make_rule(const PolicyConfig& policy);
 
+// Whether tokens fed as one chunk compute what feeding them one at a time does once the chunk's
+// own evictions are applied: true when the kernels exclude every key the rule evicts. Under the
+// heuristics a chunk's rows attend over keys a token-by-token run had already evicted, so a
+// recompute replays generated tokens one at a time and a prefix state serves only runs built
+// the same way (see Scheduler).
+bool chunks_replay_decode(const PolicyConfig& policy);
+
 }  // namespace fpa::cache

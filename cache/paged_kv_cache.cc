@@ -102,6 +102,13 @@ class PagedKvCache final : public KvCache {
 
   absl::StatusOr<SeqId> fork(SeqId id) override {
     if (!contains(id)) return absl::NotFoundError(absl::StrCat("fork: unknown sequence ", id));
+    // TODO(issue 23): send fork copies (and resets, writes, moves) through one slot-edit
+    // interface the CUDA backend implements; until then a device pool's copy would hold another
+    // stream's keys there, and the device's running minima would not reach the host.
+    if (!table_->host_storage()) {
+      return absl::FailedPreconditionError(
+          "fork: the keys and values live on the device, which fork does not copy yet");
+    }
     if (pages_to_fork(id) > free_pages()) {
       return absl::ResourceExhaustedError(absl::StrCat("fork: sequence ", id, " needs ",
                                                        pages_to_fork(id), " pages, ", free_pages(),

@@ -62,9 +62,10 @@ PrefixCache::Node* PrefixCache::find(std::span<const int32_t> tokens, const Poli
 }
 
 std::optional<PrefixCache::Hit> PrefixCache::take(std::span<const int32_t> tokens,
-                                                  const PolicyConfig& policy, bool count) {
+                                                  const PolicyConfig& policy, bool count,
+                                                  Match match) {
   if (count) queried_ += static_cast<int64_t>(tokens.size());
-  Node* best = find(tokens, policy, /*exact=*/false);
+  Node* best = find(tokens, policy, /*exact=*/match == Match::kWhole);
   if (best == nullptr) return std::nullopt;
   absl::StatusOr<SeqId> seq = cache_.fork(best->snapshot);
   if (!seq.ok()) return std::nullopt;  // no room for the copy now: prefill instead

@@ -48,11 +48,14 @@ class PrefixCache {
     SeqId seq = -1;      // a new sequence in the cached state
     int64_t tokens = 0;  // the prefix it holds
   };
-  // The longest cached prefix of `tokens` under `policy`: a new sequence forked from it. A miss
-  // (or a hit that cannot be copied now) is nullopt. With `count`, `tokens` count as queried
+  // How a lookup matches: the longest cached prefix, or the state of exactly the tokens given
+  // (where a state depends on the chunks that built it, only its own run may take it).
+  enum class Match { kLongestPrefix, kWhole };
+  // The cached state of `tokens` under `policy` (per `match`): a new sequence forked from it. A
+  // miss (or a hit that cannot be copied now) is nullopt. With `count`, `tokens` count as queried
   // (and the hit as hit); a preempted request's readmission looks up again uncounted.
   std::optional<Hit> take(std::span<const int32_t> tokens, const PolicyConfig& policy,
-                          bool count = true);
+                          bool count = true, Match match = Match::kLongestPrefix);
   // Offers the state of `seq`, which holds exactly `tokens`, to the cache: copied unless that
   // prefix is cached already, after dropping least recently used snapshots to stay within the
   // share; skipped when it cannot fit. True when the state is cached afterwards.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "cache/eviction.h"
 #include "server/stop_strings.h"
 
 namespace fpa::server {
@@ -36,6 +37,7 @@ int64_t pages_for_new(const cache::CacheShape& s, int64_t tokens) {
 struct Scheduler::Active {
   Active(std::shared_ptr<Request> r, const Tokenizer& tokenizer)
       : req(std::move(r)),
+        chunks_replay_decode(cache::chunks_replay_decode(req->params.policy)),
         context(req->params.prompt),
         sampler(req->params.sampling),
         text(tokenizer) {}
@@ -48,11 +50,16 @@ struct Scheduler::Active {
   // The next step's tokens: a prompt chunk up to the next multiple of `chunk` (as in
   // ModelRunner::generate, so that batching and recomputing compute what a solo run does unless
   // a tight pool made the planner shrink a chunk), or one decode token.
+  // After a preemption the generated tokens go in as chunks only where that computes what their
+  // decode steps did; else one at a time, as decode fed them (exact resume for every policy).
   size_t next_tokens(size_t chunk) const {
-    return prefilling() ? std::min(target() - cached, chunk - cached % chunk) : 1;
+    if (!prefilling()) return 1;
+    const size_t end = chunks_replay_decode ? target() : std::max(prompt_size(), cached + 1);
+    return std::min(end - cached, chunk - cached % chunk);
   }
 
   std::shared_ptr<Request> req;
+  const bool chunks_replay_decode;  // cache::chunks_replay_decode of its policy
   cache::SeqId seq = -1;
   std::vector<int32_t> context;  // the prompt, then every generated token
   size_t cached = 0;             // tokens of context in the cache
@@ -262,15 +269,23 @@ void Scheduler::admit() {
 }
 
 // A sequence from the longest cached prefix of what the request must prefill (strictly shorter
-// than a fresh prompt, whose last token's logits are needed), else an empty one.
+// than a fresh prompt, whose last token's logits are needed), else an empty one. Where chunks do
+// not replay decode, a state equals a cold run's only if built by the same prompt chunks: such a
+// request resumes from its own prompt's state and takes no other.
+// TODO(issue 23): snapshots at chunk boundaries would let those rules share prompt prefixes.
 absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
-  if (prefix_) {
-    const size_t limit = a.generated == 0 ? a.prompt_size() - 1 : a.target();
+  const bool resume = a.generated > 0;
+  if (prefix_ && (a.chunks_replay_decode || resume)) {
+    const size_t limit = !resume                  ? a.prompt_size() - 1
+                         : a.chunks_replay_decode ? a.target()
+                                                  : a.prompt_size();
     const auto tokens = std::span<const int32_t>(a.context).first(limit);
     // Counted once a request: a readmission's lookup is not a client's query.
     const bool first = a.admitted == Clock::time_point{};
+    const auto match = a.chunks_replay_decode ? cache::PrefixCache::Match::kLongestPrefix
+                                              : cache::PrefixCache::Match::kWhole;
     if (std::optional<cache::PrefixCache::Hit> hit =
-            prefix_->take(tokens, a.req->params.policy, first)) {
+            prefix_->take(tokens, a.req->params.policy, first, match)) {
       a.cached = static_cast<size_t>(hit->tokens);
       a.high_water = std::max(a.high_water, a.cached);
       if (a.generated == 0) a.cached_prompt = hit->tokens;
@@ -527,7 +542,8 @@ void Scheduler::complete(Active& a, absl::Status status) {
   c.usage.recomputed_tokens = a.recomputed;
   c.usage.cached_tokens = a.cached_prompt;
   // The final state supersedes the prompt's: a conversation's next turn extends it.
-  if (c.status.ok() && a.cached > a.prompt_size() && offer_prefix(a)) {
+  // (Not where chunks do not replay decode: a run that prefills it would compute another state.)
+  if (c.status.ok() && a.chunks_replay_decode && a.cached > a.prompt_size() && offer_prefix(a)) {
     prefix_->forget(std::span<const int32_t>(a.context).first(a.prompt_size()),
                     a.req->params.policy);
   }

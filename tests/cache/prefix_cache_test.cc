@@ -92,6 +92,17 @@ TEST(Fork, NeedsRoomAndChangesNothingWithout) {
   EXPECT_EQ(cache->fork(12345).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Forking a device pool copies nothing on the device (no slot-edit sink reaches it yet): refused,
+// not a sequence whose device pages hold another stream's keys.
+TEST(Fork, RefusedWhenTheKeysLiveOnTheDevice) {
+  auto cache = KvCache::create(kShape, 64, /*host_storage=*/false);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const SeqId a = *(*cache)->add_sequence(policy(Policy::kNone));
+  EXPECT_EQ((*cache)->fork(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*cache)->stats().sequences, 1);
+  (*cache)->release(a);
+}
+
 class PrefixCacheTest : public ::testing::Test {
  protected:
   // A sequence that has taken `tokens` (its keys are stand-ins: one decode step a token).
