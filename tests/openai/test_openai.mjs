@@ -39,6 +39,13 @@ test("a completion: greedy text, finish reason, usage with the cache figures", a
   assert.equal(r.choices[0].finish_reason, "length");
   assert.equal(r.choices[0].logprobs.token_logprobs.length, 8);
   assert.ok(r.choices[0].logprobs.token_logprobs.every((x) => x <= 0));
+  // One-byte characters (control characters included) are their own text, not "bytes:\x0A".
+  const lp = (await client.completions.create({
+    model: MODEL_NAME, prompt: "The grass is green. The sky is", max_tokens: 32, temperature: 0,
+    logprobs: 0,
+  })).choices[0].logprobs;
+  assert.ok(lp.tokens.every((t) => !/^bytes:\\x[0-7]/.test(t)), JSON.stringify(lp.tokens));
+  assert.ok(lp.tokens.some((t) => t.length === 1 && t.charCodeAt(0) < 0x20), "no control character");
   assert.equal(r.usage.prompt_tokens, 1 + prompt.length); // [BOS] + bytes
   assert.equal(r.usage.completion_tokens, 8);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
