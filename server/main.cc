@@ -177,8 +177,11 @@ int serve(const ServeOptions& o) {
 
   OpenAiApi api(scheduler, metrics,
                 {model_name, info.limits, attention_kind_name(config.attention), o.api_key});
+  http::Limits api_limits = http_limits;
+  api_limits.max_connections =
+      o.http_max_connections.value_or(std::max(1024, o.max_batch + o.max_queue + 64));
   absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
-      http::HttpServer::start(o.http_address, http_limits, api.handler());
+      http::HttpServer::start(o.http_address, api_limits, api.handler());
   if (!api_http.ok()) {
     std::cerr << "fpa-serve: http: " << api_http.status().message() << "\n";
     return 1;

@@ -26,15 +26,13 @@ const char* finish_reason(FinishReason r) {
   return nullptr;
 }
 
-// A token as text: its own when that is printable UTF-8, else its bytes spelled out, and special
+// A token as text: its own when that is valid UTF-8 (newline and other control characters
+// included: JSON escapes them, and vLLM spells them so), else its bytes spelled out, and special
 // ids as <special:N>, as vLLM does.
 std::string token_string(const Tokenizer& tokenizer, int32_t id) {
   if (tokenizer.is_special(id)) return "<special:" + std::to_string(id) + ">";
   const std::string_view bytes = tokenizer.token_bytes(id);
-  const bool printable = std::none_of(bytes.begin(), bytes.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
-  if (printable && utf8::sanitize(bytes) == bytes) return std::string(bytes);
+  if (utf8::sanitize(bytes) == bytes) return std::string(bytes);
   std::string out = "bytes:";
   for (unsigned char c : bytes) {
     char buf[8];

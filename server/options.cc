@@ -135,6 +135,14 @@ const std::vector<Flag>& flags() {
        seconds(&ServeOptions::drain_seconds, 0)},
       {"max-connections", "N", "gRPC connections; more are closed at once [1024]",
        integer(&ServeOptions::max_connections, 1)},
+      {"http-max-connections", "N",
+       "HTTP API connections; more get 503 [max(1024, --max-batch + --max-queue + 64)]",
+       [](ServeOptions& o, absl::string_view v) {
+         int x;
+         if (!absl::SimpleAtoi(v, &x) || x < 1) return false;
+         o.http_max_connections = x;
+         return true;
+       }},
       {"handshake-timeout-seconds", "N",
        "close a gRPC connection that sends no HTTP/2 preface this long [10]",
        seconds(&ServeOptions::handshake_timeout_seconds, 0.001)},

@@ -34,6 +34,9 @@ struct ServeOptions {
   double drain_seconds = 30;
   // gRPC connections (docs/serving.md, "What the server promises").
   int max_connections = 1024;
+  // HTTP API connections; absent = the larger of 1024 and --max-batch + --max-queue + 64, so
+  // that every request the scheduler could hold has a connection to wait on.
+  std::optional<int> http_max_connections;
   double handshake_timeout_seconds = 10;
   double idle_timeout_seconds = 300;
   double keepalive_seconds = 60;

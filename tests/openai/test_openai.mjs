@@ -1,5 +1,6 @@
 // The official OpenAI client library (npm "openai") against a live fpa-serve's HTTP API.
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, test } from "node:test";
 import OpenAI from "openai";
 
@@ -38,6 +39,13 @@ test("a completion: greedy text, finish reason, usage with the cache figures", a
   assert.equal(r.choices[0].finish_reason, "length");
   assert.equal(r.choices[0].logprobs.token_logprobs.length, 8);
   assert.ok(r.choices[0].logprobs.token_logprobs.every((x) => x <= 0));
+  // One-byte characters (control characters included) are their own text, not "bytes:\x0A".
+  const lp = (await client.completions.create({
+    model: MODEL_NAME, prompt: "The grass is green. The sky is", max_tokens: 32, temperature: 0,
+    logprobs: 0,
+  })).choices[0].logprobs;
+  assert.ok(lp.tokens.every((t) => !/^bytes:\\x[0-7]/.test(t)), JSON.stringify(lp.tokens));
+  assert.ok(lp.tokens.some((t) => t.length === 1 && t.charCodeAt(0) < 0x20), "no control character");
   assert.equal(r.usage.prompt_tokens, 1 + prompt.length); // [BOS] + bytes
   assert.equal(r.usage.completion_tokens, 8);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
@@ -320,6 +328,25 @@ test("--api-key: a Bearer key is required on the API, not on /health and /metric
   assert.equal((await fetch(`${s.base}/v1/models`)).status, 401);
   assert.equal((await fetch(`${s.base}/health`)).status, 200);
   assert.equal((await fetch(`${s.base}/metrics`)).status, 200);
+  s.stop();
+});
+
+test("--http-max-connections caps the API's open connections", async () => {
+  const s = await server("--http-max-connections", "2");
+  const port = Number(new URL(s.base).port);
+  const open = () => new Promise((resolve) => {
+    const sock = net.connect(port, "127.0.0.1", () => resolve(sock));
+  });
+  const held = [await open(), await open()];
+  const third = await open();
+  const answer = await new Promise((resolve) => {
+    let data = "";
+    third.on("data", (d) => { data += d; });
+    third.on("close", () => resolve(data));
+    third.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  });
+  assert.match(answer, /^HTTP\/1\.1 503/);
+  held.forEach((c) => c.destroy());
   s.stop();
 });
 
