@@ -59,10 +59,6 @@ class ConnectionExchange final : public Exchange {
   Request request_;
 };
 
-bool is_parse_error(const beast::error_code& ec) {
-  return ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category();
-}
-
 }  // namespace
 
 Connection::Connection(tcp::socket socket, const Limits& limits, const Handler& handler,
@@ -73,10 +69,7 @@ Connection::Connection(tcp::socket socket, const Limits& limits, const Handler& 
       counter_(counter),
       busy_(busy),
       refused_(refused),
-      // Bounds what one request may hold unparsed: a header (414/431 come first), a chunk
-      // header, or a trailer, which Beast does not count against the header limit and whose
-      // field container throws past 64 KiB.
-      buffer_(limits.max_request_line + limits.max_header_bytes) {
+      reader_(limits) {
   ++*counter_;
 }
 
@@ -96,83 +89,50 @@ void Connection::start() {
 }
 
 void Connection::read_header() {
-  parser_.emplace();
-  parser_->header_limit(static_cast<uint32_t>(limits_.max_request_line + limits_.max_header_bytes));
-  parser_->body_limit(limits_.max_body_bytes);
   stream_.expires_after(limits_.header_timeout);
-  bhttp::async_read_header(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
-}
-
-// Bytes of the header fields as sent: "Name: value\r\n" each.
-size_t Connection::field_bytes() const {
-  size_t n = 0;
-  for (const auto& f : parser_->get()) n += f.name_string().size() + f.value().size() + 4;
-  return n;
-}
-
-// The parser reads at most a request line and the fields together (its one limit); each part is
-// then held to its own. Beast consumes the request line once parsed, and only then sets the
-// target: a limit hit without one is the line's.
-void Connection::on_header(beast::error_code ec) {
-  if (ec == bhttp::error::header_limit) {
-    return parser_->get().target().empty()
-               ? reject(Status::uri_too_long, "request line too long")
-               : reject(Status::request_header_fields_too_large, "header fields too large");
-  }
-  if (ec == bhttp::error::body_limit) return reject(Status::payload_too_large, "body too large");
-  if (is_parse_error(ec)) return reject(Status::bad_request, "malformed request");
-  if (ec) return close();  // timeout, or the client closed between requests
-  const auto& req = parser_->get();
-  // "METHOD SP target SP HTTP/1.1": a line that fit only because the headers were short.
-  if (req.method_string().size() + req.target().size() + 10 > limits_.max_request_line) {
-    return reject(Status::uri_too_long, "request line too long");
-  }
-  if (field_bytes() > limits_.max_header_bytes) {
-    return reject(Status::request_header_fields_too_large, "header fields too large");
-  }
-  if (parser_->is_done()) return dispatch();
-  // curl asks before sending a body over 1 KiB, and waits a second for the answer otherwise.
-  if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
-    stream_.expires_after(limits_.write_timeout);
-    return asio::async_write(stream_, asio::buffer(kContinue),
-                             [self = shared_from_this()](beast::error_code ec, size_t) {
-                               if (ec) return self->close();
-                               self->read_body();
-                             });
-  }
-  read_body();
+  bhttp::async_read_header(stream_, reader_.buffer(), reader_.next(),
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             self->on_read(self->reader_.after_header(ec));
+                           });
 }
 
 void Connection::read_body() {
   stream_.expires_after(limits_.body_timeout);
-  bhttp::async_read(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  bhttp::async_read(stream_, reader_.buffer(), reader_.parser(),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      self->on_read(self->reader_.after_body(ec));
+                    });
 }
 
-void Connection::on_body(beast::error_code ec) {
-  if (ec == bhttp::error::body_limit) return reject(Status::payload_too_large, "body too large");
-  if (ec == bhttp::error::buffer_overflow) {
-    return reject(Status::request_header_fields_too_large, "trailer fields too large");
+void Connection::on_read(RequestReader::Step step) {
+  using Next = RequestReader::Next;
+  switch (step.next) {
+    case Next::kDispatch:
+      return dispatch();
+    case Next::kReadBody:
+      return read_body();
+    case Next::kContinue:
+      stream_.expires_after(limits_.write_timeout);
+      return asio::async_write(stream_, asio::buffer(kContinue),
+                               [self = shared_from_this()](beast::error_code ec, size_t) {
+                                 if (ec) return self->close();
+                                 self->read_body();
+                               });
+    case Next::kReject:
+      return reject(step.status, step.why);
+    case Next::kClose:
+      return close();
   }
-  if (is_parse_error(ec)) return reject(Status::bad_request, "malformed body");
-  if (ec) return close();
-  dispatch();
 }
 
 void Connection::dispatch() {
-  auto& req = parser_->get();
-  keep_alive_ = req.keep_alive();
-  version_ = req.version();
-  Request r{std::string(req.method_string()), std::string(req.target()), std::move(req.body()),
-            std::string(req[bhttp::field::authorization])};
-  parser_.reset();
+  RequestReader::Parsed parsed = reader_.take();
+  keep_alive_ = parsed.keep_alive;
+  version_ = parsed.version;
   stream_.expires_never();  // a generation may take minutes; disconnects are watched instead
   set_responding(true);
-  auto exchange =
-      std::make_shared<ConnectionExchange>(shared_from_this(), ++exchange_, std::move(r));
+  auto exchange = std::make_shared<ConnectionExchange>(shared_from_this(), ++exchange_,
+                                                       std::move(parsed.request));
   watch_disconnect();
   // The server's run loop logs and counts the exception; closing here ends the disconnect
   // watch, which would otherwise keep this connection open with no one to answer it.
@@ -187,15 +147,14 @@ void Connection::dispatch() {
 // While a response is pending the socket is read into the request buffer: bytes are the
 // client's next (pipelined) request, kept for read_header(); an error is a hang-up; the end of
 // the stream is either a hang-up or a half-close (the client is done sending but still reads).
-// A client that pipelines more than the buffer holds is not read further (back-pressure); a
-// hang-up then shows when the response is written.
+// With no room left the watch stops; a hang-up then shows when the response is written.
 void Connection::watch_disconnect() {
-  size_t room = std::min(discard_.size(), buffer_.max_size() - buffer_.size());
+  size_t room = reader_.room(discard_.size());
   if (room == 0) return;
   stream_.socket().async_read_some(
-      buffer_.prepare(room),
+      reader_.buffer().prepare(room),
       [self = shared_from_this(), id = exchange_](beast::error_code ec, size_t n) {
-        self->buffer_.commit(n);
+        self->reader_.buffer().commit(n);
         if (!self->current(id) || ec == asio::error::operation_aborted) return;
         if (ec == asio::error::eof) return self->peer_done_sending(id);
         if (ec) return self->disconnected();

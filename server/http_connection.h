@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/http_request_reader.h"
 #include "server/http_server.h"
 
 namespace fpa::server::http {
@@ -47,10 +48,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using Status = boost::beast::http::status;
 
   void read_header();
-  void on_header(boost::beast::error_code ec);
   void read_body();
-  void on_body(boost::beast::error_code ec);
-  size_t field_bytes() const;
+  void on_read(RequestReader::Step step);
   void dispatch();
   void watch_disconnect();
   void peer_done_sending(uint64_t id);
@@ -71,8 +70,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<int>* counter_;
   std::atomic<int>* busy_;
   bool refused_;
-  boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  RequestReader reader_;
   bool keep_alive_ = false;
   unsigned version_ = 11;
   uint64_t exchange_ = 0;  // id of the latest request handed out

@@ -7,9 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "model/json_depth.h"
 #include "server/api_key.h"
-#include "server/chat_template.h"
 #include "server/metrics_http.h"
 #include "server/openai_completion.h"
 #include "server/openai_request.h"
@@ -100,24 +98,8 @@ void OpenAiApi::models(http::Exchange& exchange) const {
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
 }
 
-namespace {
-
-// Every JSON body enters here: its depth is bounded before a value is built (a deep body
-// would otherwise exhaust the stack in the code that walks it).
-absl::StatusOr<json> parse_body(const std::string& text) {
-  if (!json_depth_within(text)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("body: nested deeper than ", kMaxJsonDepth, " levels"));
-  }
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON");
-  return body;
-}
-
-}  // namespace
-
 void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
-  absl::StatusOr<json> body = parse_body(exchange.request().body);
+  absl::StatusOr<json> body = parse_json_body(exchange.request().body);
   absl::StatusOr<json> answer = !body.ok() ? body
                                 : encode   ? tokenize(*body, info_.limits)
                                            : detokenize(*body, info_.limits);
@@ -130,15 +112,7 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
     metrics_.count_request(static_cast<int>(st.code()));
     reply_error(*exchange, api_error(st));
   };
-  absl::StatusOr<json> parsed = parse_body(exchange->request().body);
-  if (!parsed.ok()) return refuse(parsed.status());
-  json body = std::move(*parsed);
-  if (chat) {
-    absl::StatusOr<json> as_completion = chat_to_completion(body);
-    if (!as_completion.ok()) return refuse(as_completion.status());
-    body = std::move(*as_completion);
-  }
-  absl::StatusOr<CompletionRequest> req = parse_completion_request(body);
+  absl::StatusOr<CompletionRequest> req = parse_completion_body(exchange->request().body, chat);
   if (!req.ok()) return refuse(req.status());
   if (!req->ignored.empty()) report_ignored(*exchange, req->ignored);
   if (req->model && *req->model != info_.model_name) {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/json_depth.h"
+#include "server/chat_template.h"
 #include "server/validate.h"
 
 namespace fpa::server {
@@ -214,6 +216,22 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
   }
   if (!body.contains("prompt")) return bad("prompt", "is required");
   return r;
+}
+
+absl::StatusOr<json> parse_json_body(std::string_view text) {
+  if (!json_depth_within(text)) {
+    return bad("body", absl::StrCat("nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return bad("body", "not valid JSON");
+  return body;
+}
+
+absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat) {
+  absl::StatusOr<json> body = parse_json_body(text);
+  if (body.ok() && chat) body = chat_to_completion(*body);
+  if (!body.ok()) return body.status();
+  return parse_completion_request(*body);
 }
 
 std::string json_text(const json& j) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +31,13 @@ struct CompletionRequest {
 
 // InvalidArgument with a message that starts with the OpenAI field's name.
 absl::StatusOr<CompletionRequest> parse_completion_request(const nlohmann::json& body);
+
+// Every JSON body enters here: its depth is bounded before a value is built (a deep body would
+// otherwise exhaust the stack in the code that walks it). InvalidArgument if too deep or not JSON.
+absl::StatusOr<nlohmann::json> parse_json_body(std::string_view text);
+
+// The body of /v1/completions, or of /v1/chat/completions (`chat`) as its completion equivalent.
+absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat);
 
 struct ApiError {
   int http_status = 500;
