@@ -157,6 +157,13 @@ bool PrefixCache::reclaim_one() {
   return true;
 }
 
+std::vector<int64_t> PrefixCache::reclaimable_pages() const {
+  std::vector<int64_t> pages;
+  pages.reserve(lru_.size());
+  for (const auto& [used, node] : lru_) pages.push_back(node->pages);
+  return pages;
+}
+
 // Releases the node's snapshot, then prunes the branches left with nothing to serve.
 void PrefixCache::drop(Node* node) {
   if (node->snapshot >= 0) {

@@ -65,6 +65,8 @@ class PrefixCache {
   // Drops the least recently used snapshot; false when there is none. The planner calls it
   // before it preempts a running request: cached prefixes are reclaimable memory.
   bool reclaim_one();
+  // The pages each reclaim_one would free in turn: every snapshot, least recently used first.
+  std::vector<int64_t> reclaimable_pages() const;
   void flush();  // drops every snapshot
 
   PrefixCacheStats stats() const;

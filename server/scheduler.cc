@@ -47,15 +47,14 @@ struct Scheduler::Active {
   // the prompt and every output token but the last, which that decode step feeds.
   size_t target() const { return generated == 0 ? prompt_size() : context.size() - 1; }
   bool prefilling() const { return cached < target(); }
-  // The next step's tokens: a prompt chunk up to the next multiple of `chunk` (as in
-  // ModelRunner::generate, so that batching and recomputing compute what a solo run does unless
-  // a tight pool made the planner shrink a chunk), or one decode token.
-  // After a preemption the generated tokens go in as chunks only where that computes what their
-  // decode steps did; else one at a time, as decode fed them (exact resume for every policy).
+  // The next step's tokens (cache::next_step_tokens): chunks on a solo run's boundaries, so that
+  // batching and recomputing compute what a solo run does unless a tight pool made the planner
+  // shrink one, generated tokens one at a time where chunks would not replay decode; or one
+  // decode token.
   size_t next_tokens(size_t chunk) const {
-    if (!prefilling()) return 1;
-    const size_t end = chunks_replay_decode ? target() : std::max(prompt_size(), cached + 1);
-    return std::min(end - cached, chunk - cached % chunk);
+    return static_cast<size_t>(cache::next_step_tokens(
+        static_cast<int64_t>(prompt_size()), static_cast<int64_t>(target()),
+        static_cast<int64_t>(cached), static_cast<int64_t>(chunk), chunks_replay_decode));
   }
 
   std::shared_ptr<Request> req;
@@ -222,21 +221,24 @@ int64_t Scheduler::pages_ahead(const Active& a) const {
 }
 
 // Whether a waiting request fits beside what the running ones may still take, with the
-// watermark left free for them to grow into. An empty batch takes the head of the queue
-// regardless: alone, the planner shrinks its chunks to the pool, or it fails.
+// watermark left free for them to grow into (cache::admits, which holds a preempted request back
+// until what it held fits again). An empty batch takes the head of the queue regardless: alone,
+// the planner shrinks its chunks to the pool, or it fails.
 bool Scheduler::fits_beside_running(const Active& a) const {
   if (running_.empty()) return true;
-  // A preempted request comes back only when what it held, and its next token in every stream,
-  // fit: else it regrows into the same shortage and is preempted again (thrash).
-  const cache::CacheShape& shape = runner_.cache().shape();
-  int64_t need =
-      std::max(pages_ahead(a), a.high_water_pages + int64_t{shape.n_layers} * shape.n_heads);
-  for (const auto& r : running_) need += pages_ahead(*r);
   const cache::KvCache& cache = runner_.cache();
-  const auto watermark =
-      static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total));
-  const int64_t reclaimable = prefix_ ? prefix_->stats().pages : 0;
-  return need + watermark <= cache.free_pages() + reclaimable;
+  const cache::CacheShape& shape = cache.shape();
+  cache::Admission q{
+      .ahead_pages = pages_ahead(a),
+      .high_water_pages = a.high_water_pages,
+      .streams = int64_t{shape.n_layers} * shape.n_heads,
+      .watermark =
+          static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total)),
+      .free_pages = cache.free_pages(),
+      .reclaimable_pages = prefix_ ? prefix_->stats().pages : 0,
+  };
+  for (const auto& r : running_) q.running_ahead += pages_ahead(*r);
+  return cache::admits(q);
 }
 
 void Scheduler::admit() {
@@ -340,101 +342,57 @@ void Scheduler::iterate() {
   record_step(plan);
 }
 
-// One decode token for every request past its prompt first (a decoder is the costly one to
-// recompute), then prompt chunks first come first served within the per-iteration budget.
-// Every planned item holds its pages.
-// TODO(issue 23): the planner as a pure function of the cache's state, in a step planner of the
-// KV manager (cache/) that owns page arithmetic, unit-tested without a model.
+// What the step planner reads of a running request.
+cache::PlanEntry Scheduler::plan_entry(const Active& a) const {
+  const cache::KvCache& cache = runner_.cache();
+  return {
+      .prefilling = a.prefilling(),
+      .tokens = static_cast<int64_t>(a.next_tokens(static_cast<size_t>(options_.prefill_chunk))),
+      .preemptions = a.preemptions,
+      .held_pages = cache.sequence_stats(a.seq).pages,
+      .pages_needed = [&cache, seq = a.seq](int64_t n) {
+        return cache.pages_needed(seq, static_cast<int>(n));
+      }};
+}
+
+// The step as cache::plan_step decides it from the pool's state, applied in its order: cached
+// prefixes reclaimed, victims preempted and requests that cannot fit even alone failed (which
+// frees what the plan counted on), then every planned item's pages reserved.
 Scheduler::Plan Scheduler::plan_step() {
+  cache::KvCache& cache = runner_.cache();
+  std::vector<Active*> live;
+  std::vector<cache::PlanEntry> entries;
+  for (auto& owned : running_) {
+    Active& a = *owned;
+    if (a.done || a.preempted) continue;
+    live.push_back(&a);
+    entries.push_back(plan_entry(a));
+  }
+  const cache::PoolState pool{
+      .free_pages = cache.free_pages(),
+      .snapshot_pages = prefix_ ? prefix_->reclaimable_pages() : std::vector<int64_t>{}};
+  const cache::StepPlan decided = cache::plan_step(pool, entries, options_.prefill_chunk);
+  for (size_t i = 0; i < decided.snapshots_reclaimed; ++i) prefix_->reclaim_one();
+  for (const size_t v : decided.preempted) preempt(*live[v]);
+  for (const size_t f : decided.failed) {
+    complete(*live[f],
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "KV cache exhausted: the request needs more than the whole pool of ",
+                 cache.stats().pages_total, " pages even alone (", options_.pool_flag, ")")));
+  }
   Plan plan;
-  size_t prefill_tokens = 0;
-  const size_t chunk = static_cast<size_t>(options_.prefill_chunk);
-  for (const bool prefills : {false, true}) {
-    for (auto& owned : running_) {
-      Active& a = *owned;
-      if (a.done || a.preempted || a.prefilling() != prefills) continue;
-      size_t n = a.next_tokens(chunk);
-      if (prefills && prefill_tokens > 0 && prefill_tokens + n > chunk) continue;
-      n = reserve_step(a, n);
-      if (n == 0) continue;
-      if (prefills) prefill_tokens += n;
-      plan.inputs.push_back({a.seq, std::span<const int32_t>(a.context).subspan(a.cached, n)});
-      plan.owners.push_back(&a);
-    }
-  }
-  return plan;
-}
-
-// Reserves a's next `n` tokens. When they do not fit, a prompt chunk shrinks to what does;
-// failing that, a victim (choose_victim) is preempted and `a` tries again. Returns the tokens
-// reserved: 0 when `a` waits, gave way itself or failed for not fitting the pool even alone.
-size_t Scheduler::reserve_step(Active& a, size_t n) {
-  for (;;) {
-    if (runner_.reserve(a.seq, static_cast<int>(n))) return n;
-    if (prefix_ && prefix_->reclaim_one()) continue;  // cached prefixes go first
-    if (const size_t fit = largest_fit(a, n);
-        fit > 0 && runner_.reserve(a.seq, static_cast<int>(fit))) {
-      return fit;
-    }
-    const bool others = std::any_of(running_.begin(), running_.end(), [&](const auto& r) {
-      return r.get() != &a && !r->done && !r->preempted;
-    });
-    if (!others) {
-      complete(a, absl::ResourceExhaustedError(absl::StrCat(
-                      "KV cache exhausted: the request needs more than the whole pool of ",
-                      runner_.cache().stats().pages_total, " pages even alone (",
-                      options_.pool_flag, ")")));
-      return 0;
-    }
-    Active* victim = choose_victim(a);
-    if (victim == nullptr) return 0;  // a prompt chunk waits with its pages for the decoders
-    preempt(*victim);
-    if (victim == &a) return 0;
-  }
-}
-
-// Who gives way when `a` does not fit beside the others: the newest of the requests admitted
-// after it that were preempted least, else `a` itself, so long as that one was preempted fewer
-// than kMaxPreemptions times; past that, the newest request preempted fewer times, older ones
-// too: no request pays for the shortage again and again. A prompt chunk preempts only prompt
-// chunks and never itself (null: it waits).
-Scheduler::Active* Scheduler::choose_victim(Active& a) {
-  constexpr int kMaxPreemptions = 3;
-  Active *younger = nullptr, *any = nullptr;
-  bool after_a = false;
-  for (auto& r : running_) {
-    if (r.get() == &a) {
-      after_a = true;
+  for (const cache::StepPlan::Item& item : decided.items) {
+    Active& a = *live[item.entry];
+    // The plan counted these pages free, so a refusal is a bug in that arithmetic.
+    if (!runner_.reserve(a.seq, static_cast<int>(item.tokens))) {
+      complete(a, absl::InternalError("step planner: a planned reservation failed"));
       continue;
     }
-    if (r->done || r->preempted || (a.prefilling() && !r->prefilling())) continue;
-    if (after_a && (younger == nullptr || r->preemptions <= younger->preemptions)) {
-      younger = r.get();
-    }
-    if (r->preemptions < kMaxPreemptions) any = r.get();
+    plan.inputs.push_back(
+        {a.seq, std::span<const int32_t>(a.context).subspan(a.cached, item.tokens)});
+    plan.owners.push_back(&a);
   }
-  if (younger != nullptr && younger->preemptions < kMaxPreemptions) return younger;
-  if (a.prefilling()) return younger;
-  if (a.preemptions < kMaxPreemptions) return &a;
-  if (any != nullptr) return any;
-  return younger != nullptr ? younger : &a;
-}
-
-// The most tokens under `n` of a's prompt chunk whose worst case fits the free pages (0: none).
-size_t Scheduler::largest_fit(const Active& a, size_t n) const {
-  if (!a.prefilling()) return 0;
-  const cache::KvCache& cache = runner_.cache();
-  const int64_t free = cache.free_pages();
-  size_t lo = 0, hi = n - 1;  // pages_needed grows with the tokens: bisect
-  while (lo < hi) {
-    const size_t mid = (lo + hi + 1) / 2;
-    if (cache.pages_needed(a.seq, static_cast<int>(mid)) <= free) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+  return plan;
 }
 
 void Scheduler::preempt(Active& a) {

@@ -1,22 +1,22 @@
 // Iteration-level continuous batching over one ModelRunner (which is not thread-safe: only the
-// scheduler thread touches it). Each iteration plans one step: every running request, oldest
-// admission first, gets its next prompt chunk (up to --prefill-chunk tokens in all) or one decode
-// token, and the cache reserves the pages that step may take (ModelRunner::reserve). When a
-// request's reservation fails, its prompt chunk shrinks to what fits; when nothing fits, the most
-// recently admitted running request is preempted: its
-// pages go back to the pool and it returns to the head of the queue with what it generated; on
-// readmission its prompt and output are recomputed through chunked prefill and it goes on, its
-// sampler untouched, so the client sees one unbroken stream. Waiting requests are admitted while
-// what they may take fits beside what the running ones may (a `none` request's whole need, which
-// is exact; another's next step) and a watermark of free pages.
+// scheduler thread touches it). Each iteration plans one step with cache::plan_step
+// (cache/step_planner.h, which decides from the pool's state who steps with how many tokens,
+// which cached prefixes go and who is preempted) and applies it: the cache reserves the pages
+// each planned item may take (ModelRunner::reserve). A preempted request's pages go back to the
+// pool and it returns to the head of the queue with what it generated; on readmission its prompt
+// and output are recomputed (cache::next_step_tokens: by chunks, or its output one token at a
+// time where chunks would not replay decode) and it goes on, its sampler untouched, so the client
+// sees one unbroken stream. Waiting requests are admitted while what they may take fits beside
+// what the running ones may (a `none` request's whole need, which is exact; another's next step)
+// and a watermark of free pages (cache::admits).
 //
 // Refusals: a full queue (RESOURCE_EXHAUSTED at submission); a request that cannot fit even alone
 // in the empty pool (RESOURCE_EXHAUSTED, at submission when that is known up front).
 //
 // With the prefix cache on, a request starts from the longest cached prefix of its prompt (or,
-// resumed after a preemption, of its prompt and output), its prompt's state and its final state
-// are offered to the cache, and cached prefixes are reclaimed before anything running is
-// preempted.
+// resumed after a preemption, of its prompt and output; under the heuristics, only the state of
+// exactly its prompt, on a resume), its prompt's state and its final state are offered to the
+// cache, and cached prefixes are reclaimed before anything running is preempted.
 #pragma once
 
 #include <atomic>
@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "cache/prefix_cache.h"
+#include "cache/step_planner.h"
 #include "server/engine/model_runner.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -82,10 +83,8 @@ class Scheduler {
   bool fits_beside_running(const Active& a) const;
   void reap();
   void iterate();
+  cache::PlanEntry plan_entry(const Active& a) const;
   Plan plan_step();
-  size_t reserve_step(Active& a, size_t n);
-  Active* choose_victim(Active& a);
-  size_t largest_fit(const Active& a, size_t n) const;
   void preempt(Active& a);
   void record_step(const Plan& plan);
   void emit(Active& a, int32_t token, float logprob);
