@@ -69,11 +69,17 @@ absl::StatusOr<json> chat_to_completion(const json& body) {
   if (stop.is_string()) stop = json::array({stop});
   if (stop.is_array()) stop.push_back(kChatEndOfTurn);
   out["stop"] = stop;  // a wrong type stays wrong, for the completion's check to name it
-  // Chat's logprobs is a boolean; top_logprobs (alternatives) is not computed.
+  // Chat's logprobs is a boolean and top_logprobs the alternatives; completions' logprobs is both.
   if (json t = body.value("top_logprobs", json()); !t.is_null()) {
     out.erase("top_logprobs");
-    if (t != 0) return bad("top_logprobs", "only 0 is supported (alternatives are not computed)");
+    if (!t.is_number_integer()) return bad("top_logprobs", "must be an integer");
+    if (body.value("logprobs", json()) != true && t != 0) {
+      return bad("top_logprobs", "needs logprobs: true");
+    }
+    if (body.value("logprobs", json()) == true) out["logprobs"] = t;
   }
+  // vLLM's chat echo repeats the last message: not done here.
+  if (body.value("echo", json()) == true) return bad("echo", "is not supported for chat");
   return out;
 }
 

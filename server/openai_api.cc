@@ -136,6 +136,8 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
       req->stream,
       req->include_usage,
       req->generate.logprobs(),
+      req->generate.top_logprobs(),
+      req->echo,
       chat,
       request->params.stop,
       req->include_stop,

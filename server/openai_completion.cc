@@ -1,6 +1,7 @@
 #include "server/openai_completion.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "model/utf8.h"
@@ -56,14 +57,37 @@ json usage_json(const Usage& u) {
           {"recomputed_tokens", u.recomputed_tokens}};
 }
 
-// Chat's shape: {"content": [{"token", "logprob", "top_logprobs": []}]}.
-json chat_logprobs(const json& tokens, const std::vector<float>& logprobs) {
+// Completions' shape: {token: logprob} per position, null where nothing predicts the token.
+json completion_top(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& top,
+                    float logprob) {
+  if (std::isnan(logprob)) return nullptr;
+  json alternatives = json::object();
+  for (const TokenLogprob& t : top) alternatives[token_string(tokenizer, t.token)] = t.logprob;
+  return alternatives;
+}
+
+// Chat's shape: {"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]}.
+json chat_logprobs(const Tokenizer& tokenizer, const json& tokens, const TokenChunk& chunk) {
   json content = json::array();
-  for (size_t i = 0; i < tokens.size() && i < logprobs.size(); ++i) {
+  for (size_t i = 0; i < tokens.size() && i < chunk.logprobs.size(); ++i) {
+    json top = json::array();
+    if (i < chunk.top.size()) {
+      for (const TokenLogprob& t : chunk.top[i]) {
+        top.push_back({{"token", token_string(tokenizer, t.token)}, {"logprob", t.logprob}});
+      }
+    }
     content.push_back(
-        {{"token", tokens[i]}, {"logprob", logprobs[i]}, {"top_logprobs", json::array()}});
+        {{"token", tokens[i]}, {"logprob", chunk.logprobs[i]}, {"top_logprobs", top}});
   }
   return {{"content", content}};
+}
+
+// `more` appended to `to`: ids, logprobs, alternatives and text.
+void append(TokenChunk& to, const TokenChunk& more) {
+  to.ids.insert(to.ids.end(), more.ids.begin(), more.ids.end());
+  to.logprobs.insert(to.logprobs.end(), more.logprobs.begin(), more.logprobs.end());
+  to.top.insert(to.top.end(), more.top.begin(), more.top.end());
+  to.text += more.text;
 }
 
 }  // namespace
@@ -100,31 +124,35 @@ json CompletionCall::envelope(json choices) const {
   return e;
 }
 
-json CompletionCall::choice(const std::string& text, const std::vector<int32_t>& ids,
-                            const std::vector<float>& logprobs, const char* reason) {
+json CompletionCall::choice(const TokenChunk& tokens, const char* reason) {
   json lp = nullptr;
   if (meta_.logprobs) {
-    json tokens = json::array(), offsets = json::array();
-    for (int32_t id : ids) {
-      tokens.push_back(token_string(*meta_.tokenizer, id));
+    const Tokenizer& tokenizer = *meta_.tokenizer;
+    json strings = json::array(), offsets = json::array(), top = json::array();
+    for (size_t i = 0; i < tokens.ids.size(); ++i) {
+      strings.push_back(token_string(tokenizer, tokens.ids[i]));
       offsets.push_back(text_offset_);
       // TODO(issue 25): with a JSON-escaped tokenizer this counts escaped, not output, bytes.
-      text_offset_ += static_cast<int64_t>(meta_.tokenizer->token_bytes(id).size());
+      text_offset_ += static_cast<int64_t>(tokenizer.token_bytes(tokens.ids[i]).size());
+      if (i < tokens.top.size() && i < tokens.logprobs.size()) {
+        top.push_back(completion_top(tokenizer, tokens.top[i], tokens.logprobs[i]));
+      }
     }
-    lp = {{"tokens", tokens},
-          {"token_logprobs", logprobs},
-          {"top_logprobs", nullptr},
+    // NaN (the echoed prompt's first token) is written as null.
+    lp = {{"tokens", strings},
+          {"token_logprobs", tokens.logprobs},
+          {"top_logprobs", meta_.top_logprobs > 0 ? top : json(nullptr)},
           {"text_offset", offsets}};
-    if (meta_.chat) lp = chat_logprobs(tokens, logprobs);
+    if (meta_.chat) lp = chat_logprobs(tokenizer, strings, tokens);
   }
   json c = {
       {"index", 0}, {"logprobs", lp}, {"finish_reason", reason ? json(reason) : json(nullptr)}};
   if (!meta_.chat) {
-    c["text"] = text;
+    c["text"] = tokens.text;
   } else if (!meta_.stream) {
-    c["message"] = {{"role", "assistant"}, {"content", text}};
+    c["message"] = {{"role", "assistant"}, {"content", tokens.text}};
   } else {
-    c["delta"] = {{"content", text}};
+    c["delta"] = {{"content", tokens.text}};
     // The first chunk names the role, as OpenAI's do.
     if (!role_sent_) c["delta"]["role"] = "assistant";
     role_sent_ = true;
@@ -156,14 +184,15 @@ void CompletionCall::send_event(const json& event) {
 }
 
 void CompletionCall::on_tokens(TokenChunk chunk) {
-  chunk.text = trim(chunk);
-  if (!meta_.stream) {
-    text_ += chunk.text;
-    ids_.insert(ids_.end(), chunk.ids.begin(), chunk.ids.end());
-    logprobs_.insert(logprobs_.end(), chunk.logprobs.begin(), chunk.logprobs.end());
-    return;
+  if (chunk.prompt) {
+    if (!meta_.echo) return;
+    // The echoed prompt is the text of its tokens, so that text_offset counts it.
+    chunk.text = meta_.tokenizer->decode(chunk.ids);
+  } else {
+    chunk.text = trim(chunk);
   }
-  send_event(envelope(json::array({choice(chunk.text, chunk.ids, chunk.logprobs, nullptr)})));
+  if (!meta_.stream) return append(gathered_, chunk);
+  send_event(envelope(json::array({choice(chunk, nullptr)})));
 }
 
 void CompletionCall::on_finish(Completion done) {
@@ -173,13 +202,15 @@ void CompletionCall::on_finish(Completion done) {
   metrics_.count_request(static_cast<int>(done.status.code()));
   const char* reason = finish_reason(done.reason);
   if (!meta_.stream) {
-    json body = envelope(
-        json::array({choice(text_ + trimmer_.finish(done.text_tail), ids_, logprobs_, reason)}));
+    gathered_.text += trimmer_.finish(done.text_tail);
+    json body = envelope(json::array({choice(gathered_, reason)}));
     body["usage"] = usage_json(done.usage);
     return exchange_->reply(200, kJson, json_text(body));
   }
   if (done.status.ok()) {
-    send_event(envelope(json::array({choice(trimmer_.finish(done.text_tail), {}, {}, reason)})));
+    TokenChunk last;
+    last.text = trimmer_.finish(done.text_tail);
+    send_event(envelope(json::array({choice(last, reason)})));
     if (meta_.include_usage) {
       json last = envelope(json::array());
       last["usage"] = usage_json(done.usage);

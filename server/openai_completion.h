@@ -25,9 +25,11 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
-  bool chat = false;                     // /v1/chat/completions: message/delta instead of text
-  std::vector<std::string> stop;         // trimmed from the text, with what follows
-  bool include_stop = false;             // ... unless include_stop_str_in_output
+  int top_logprobs = 0;           // alternatives per token
+  bool echo = false;              // the prompt (scored: a TokenChunk::prompt) before the completion
+  bool chat = false;              // /v1/chat/completions: message/delta instead of text
+  std::vector<std::string> stop;  // trimmed from the text, with what follows
+  bool include_stop = false;      // ... unless include_stop_str_in_output
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
 };
@@ -50,8 +52,7 @@ class CompletionCall final : public RequestSink,
 
  private:
   nlohmann::json envelope(nlohmann::json choices) const;
-  nlohmann::json choice(const std::string& text, const std::vector<int32_t>& ids,
-                        const std::vector<float>& logprobs, const char* finish_reason);
+  nlohmann::json choice(const TokenChunk& tokens, const char* finish_reason);
   std::string trim(const TokenChunk& chunk);
   void send_event(const nlohmann::json& event);
   void fail(const absl::Status& status);
@@ -62,9 +63,7 @@ class CompletionCall final : public RequestSink,
   std::shared_ptr<CompletionCall> self_;  // alive from start() until on_finish
   // The scheduler thread's (after start): what a whole response gathers, and the stream state.
   StopTrimmer trimmer_;
-  std::string text_;
-  std::vector<int32_t> ids_;
-  std::vector<float> logprobs_;
+  TokenChunk gathered_;  // a whole response's tokens and text
   bool streaming_ = false;
   bool role_sent_ = false;
   int64_t text_offset_ = 0;  // bytes of text before the next token, for logprobs.text_offset

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "model/json_depth.h"
 #include "server/chat_template.h"
@@ -85,15 +86,30 @@ absl::Status set_stop(const json& v, CompletionRequest& r) {
   return absl::OkStatus();
 }
 
-// logprobs: the number of alternatives per token; only the sampled token's own log-probability
-// is computed, so 0 (or true) asks for it.
+// logprobs: the number of alternatives per token beside the sampled one's log-probability
+// (to_params checks the range); true, as chat's boolean arrives, is 0.
 absl::Status set_logprobs(const json& v, CompletionRequest& r) {
   if (v.is_boolean()) {
     r.generate.set_logprobs(v.get<bool>());
-  } else if (v.is_number_integer() && v.get<int64_t>() == 0) {
+  } else if (is_int32(v)) {
     r.generate.set_logprobs(true);
+    r.generate.set_top_logprobs(v.get<int32_t>());
   } else {
-    return bad("logprobs", "only 0 is supported (the sampled token's log-probability)");
+    return bad("logprobs", "must be an integer (alternatives per token)");
+  }
+  return absl::OkStatus();
+}
+
+// OpenAI's map from token ids (as strings) to a bias; to_params checks ids and values.
+absl::Status set_logit_bias(const json& v, CompletionRequest& r) {
+  if (!v.is_object()) return bad("logit_bias", "must be an object of token id -> bias");
+  for (const auto& [key, bias] : v.items()) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(key, &id)) {
+      return bad("logit_bias", absl::StrCat("key ", echo(key), " is not a token id"));
+    }
+    if (!bias.is_number()) return bad("logit_bias", "values must be numbers");
+    (*r.generate.mutable_logit_bias())[id] = bias.get<float>();
   }
   return absl::OkStatus();
 }
@@ -169,16 +185,16 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       {"user", text_field("user", [](auto&, std::string) {})},  // for the client's own accounting
       {"n", neutral_only("n", 1, "only 1 completion per request")},
       {"best_of", neutral_only("best_of", 1, "only 1")},
-      {"echo", neutral_only("echo", false, "echoing the prompt is not supported")},
-      {"presence_penalty", neutral_only("presence_penalty", 0, "penalties are not supported")},
-      // vLLM's benchmark client sends 1.0.
-      // TODO(issue 24): apply repetition and presence/frequency penalties in the sampler.
+      {"echo", bool_field("echo", [](auto& r, bool b) { r.echo = b; })},
+      {"presence_penalty",
+       number_field("presence_penalty", [](G& g, float x) { g.set_presence_penalty(x); })},
+      {"frequency_penalty",
+       number_field("frequency_penalty", [](G& g, float x) { g.set_frequency_penalty(x); })},
       {"repetition_penalty",
-       neutral_only("repetition_penalty", 1.0, "penalties are not supported")},
-      {"min_p", neutral_only("min_p", 0, "min_p is not supported")},
-      {"min_tokens", neutral_only("min_tokens", 0, "min_tokens is not supported")},
-      {"frequency_penalty", neutral_only("frequency_penalty", 0, "penalties are not supported")},
-      {"logit_bias", neutral_only("logit_bias", json::object(), "logit_bias is not supported")},
+       number_field("repetition_penalty", [](G& g, float x) { g.set_repetition_penalty(x); })},
+      {"min_p", number_field("min_p", [](G& g, float x) { g.set_min_p(x); })},
+      {"min_tokens", int32_field("min_tokens", [](G& g, int32_t x) { g.set_min_tokens(x); })},
+      {"logit_bias", set_logit_bias},
   };
   return kFields;
 }
@@ -187,6 +203,7 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
 absl::string_view openai_name(absl::string_view proto_field) {
   if (proto_field == "text" || proto_field == "tokens.ids") return "prompt";
   if (proto_field == "max_new_tokens") return "max_tokens";
+  if (proto_field == "top_logprobs") return "logprobs";  // chat's top_logprobs arrives as it
   return proto_field;
 }
 
@@ -215,6 +232,9 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
     if (absl::Status st = (*set)(value, r); !st.ok()) return st;
   }
   if (!body.contains("prompt")) return bad("prompt", "is required");
+  // The echoed prompt comes from the scheduler with its scores (lm-evaluation-harness's
+  // loglikelihood reads them), and then max_tokens may be 0.
+  r.generate.set_prompt_logprobs(r.echo);
   return r;
 }
 

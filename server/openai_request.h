@@ -26,6 +26,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   bool include_stop = false;         // include_stop_str_in_output: keep the matched stop string
+  bool echo = false;                 // the prompt before the completion's text (and logprobs)
   std::vector<std::string> ignored;  // unknown fields, accepted and ignored as vLLM does
 };
 

@@ -1,5 +1,6 @@
 #include "server/reactors.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -37,10 +38,32 @@ void fill_usage(const Usage& u, v1::Usage* out) {
   out->set_cache_bytes_full(u.cache_bytes_full);
 }
 
+void add_top(const std::vector<std::vector<TokenLogprob>>& top,
+             google::protobuf::RepeatedPtrField<v1::TopLogprobs>* out) {
+  for (const std::vector<TokenLogprob>& position : top) {
+    v1::TopLogprobs* t = out->Add();
+    for (const TokenLogprob& alt : position) {
+      t->add_token_ids(alt.token);
+      t->add_logprobs(alt.logprob);
+    }
+  }
+}
+
+// The sampler fills `top` (empty lists) whenever logprobs are on; only top_logprobs > 0 sends it.
+bool has_alternatives(const std::vector<std::vector<TokenLogprob>>& top) {
+  return std::ranges::any_of(top, [](const auto& t) { return !t.empty(); });
+}
+
 template <typename Msg>
 void append_tokens(const TokenChunk& c, Msg* m) {
+  if (c.prompt) {
+    m->mutable_prompt_logprobs()->Add(c.logprobs.begin(), c.logprobs.end());
+    if (has_alternatives(c.top)) add_top(c.top, m->mutable_prompt_top_logprobs());
+    return;
+  }
   m->mutable_token_ids()->Add(c.ids.begin(), c.ids.end());
   m->mutable_logprobs()->Add(c.logprobs.begin(), c.logprobs.end());
+  if (has_alternatives(c.top)) add_top(c.top, m->mutable_top_logprobs());
   m->mutable_text()->append(c.text);
 }
 
@@ -154,6 +177,9 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
       const v1::GenerateStreamResponse& next = queue_.front().msg;
       o.msg.mutable_token_ids()->MergeFrom(next.token_ids());
       o.msg.mutable_logprobs()->MergeFrom(next.logprobs());
+      o.msg.mutable_top_logprobs()->MergeFrom(next.top_logprobs());
+      o.msg.mutable_prompt_logprobs()->MergeFrom(next.prompt_logprobs());
+      o.msg.mutable_prompt_top_logprobs()->MergeFrom(next.prompt_top_logprobs());
       o.msg.mutable_text()->append(next.text());
       queue_.pop_front();
     }

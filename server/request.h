@@ -26,16 +26,22 @@ struct GenerationParams {
   SamplingParams sampling;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
-  bool logprobs = false;
+  bool logprobs = false;  // sampling.top_logprobs alternatives with each
+  // Score the prompt: a first chunk (TokenChunk::prompt) carries its tokens' log-probabilities.
+  bool prompt_logprobs = false;
   bool ignore_eos = false;
   cache::PolicyConfig policy;
 };
 
-// The tokens of one decode step (or of the prefill's last chunk) for one request.
+// The tokens of one decode step (or of the prefill's last chunk) for one request; or, once,
+// before them, the prompt scored (prompt_logprobs).
 struct TokenChunk {
   std::vector<int32_t> ids;
-  std::vector<float> logprobs;  // empty unless requested
-  std::string text;             // complete UTF-8 characters only
+  std::vector<float> logprobs;                 // empty unless requested
+  std::vector<std::vector<TokenLogprob>> top;  // with logprobs: top_logprobs alternatives each
+  std::string text;                            // complete UTF-8 characters only
+  // The prompt's tokens: logprobs[0] is NaN (nothing predicts the first), text is empty.
+  bool prompt = false;
 };
 
 struct Usage {

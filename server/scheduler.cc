@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "cache/eviction.h"
@@ -32,14 +33,24 @@ int64_t pages_for_new(const cache::CacheShape& s, int64_t tokens) {
   return int64_t{s.n_layers} * s.n_heads * per_stream;
 }
 
+// The sampler's rules with the ids min_tokens holds back: EOS (unless ignored), stop ids.
+SamplingParams sampling_of(const GenerationParams& p, int32_t eos) {
+  SamplingParams s = p.sampling;
+  if (s.rules.min_tokens > 0) {
+    s.rules.end_ids = p.stop_token_ids;
+    if (!p.ignore_eos) s.rules.end_ids.push_back(eos);
+  }
+  return s;
+}
+
 }  // namespace
 
 struct Scheduler::Active {
-  Active(std::shared_ptr<Request> r, const Tokenizer& tokenizer)
+  Active(std::shared_ptr<Request> r, const Tokenizer& tokenizer, int32_t eos)
       : req(std::move(r)),
         chunks_replay_decode(cache::chunks_replay_decode(req->params.policy)),
         context(req->params.prompt),
-        sampler(req->params.sampling),
+        sampler(sampling_of(req->params, eos), req->params.prompt),
         text(tokenizer) {}
 
   size_t prompt_size() const { return req->params.prompt.size(); }
@@ -67,9 +78,10 @@ struct Scheduler::Active {
   int generated = 0;
   int preemptions = 0;
   int64_t recomputed = 0;
-  int64_t cached_prompt = 0;  // prompt tokens the prefix cache held when it started
-  bool preempted = false;     // released this iteration, goes back to the queue
-  Sampler sampler;            // survives preemption, so sampling continues where it stopped
+  int64_t cached_prompt = 0;          // prompt tokens the prefix cache held when it started
+  bool preempted = false;             // released this iteration, goes back to the queue
+  Sampler sampler;                    // survives preemption, so sampling continues where it stopped
+  std::vector<Scored> prompt_scores;  // prompt_logprobs: [i] scores prompt token i (i >= 1)
   TokenStream text;
   Clock::time_point admitted;     // first admission: the end of its queue time
   Clock::time_point first_token;  // the end of its prefill
@@ -81,6 +93,7 @@ struct Scheduler::Active {
 struct Scheduler::Plan {
   std::vector<StepInput> inputs;
   std::vector<Active*> owners;
+  bool all_logits = false;  // a prompt being scored needs every row, item after item
 };
 
 Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetrics* metrics)
@@ -120,7 +133,8 @@ absl::Status Scheduler::check_fits_alone(const GenerationParams& p) const {
 
 absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
   if (absl::Status st = check_fits_alone(request->params); !st.ok()) return st;
-  auto active = std::make_unique<Active>(std::move(request), runner_.model().tokenizer());
+  auto active = std::make_unique<Active>(std::move(request), runner_.model().tokenizer(),
+                                         runner_.model().config().eos_id);
   std::lock_guard lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down");
   // Requests the batch can take at the next iteration do not count as queued.
@@ -277,7 +291,9 @@ void Scheduler::admit() {
 // TODO(issue 23): snapshots at chunk boundaries would let those rules share prompt prefixes.
 absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
   const bool resume = a.generated > 0;
-  if (prefix_ && (a.chunks_replay_decode || resume)) {
+  // A prompt being scored is prefilled whole: a cached prefix has no logits.
+  const bool scoring = a.req->params.prompt_logprobs && !resume;
+  if (prefix_ && !scoring && (a.chunks_replay_decode || resume)) {
     const size_t limit = !resume                  ? a.prompt_size() - 1
                          : a.chunks_replay_decode ? a.target()
                                                   : a.prompt_size();
@@ -333,9 +349,14 @@ void Scheduler::iterate() {
   if (plan.inputs.empty()) return;
 
   const int vocab = runner_.model().config().vocab_size;
-  logits_.resize(plan.inputs.size() * static_cast<size_t>(vocab));
+  size_t rows = plan.inputs.size();
+  if (plan.all_logits) {
+    rows = 0;
+    for (const StepInput& in : plan.inputs) rows += in.tokens.size();
+  }
+  logits_.resize(rows * static_cast<size_t>(vocab));
   // The step was reserved, so any failure is a bug: it fails the whole step.
-  if (absl::Status st = runner_.step(plan.inputs, logits_); !st.ok()) {
+  if (absl::Status st = runner_.step(plan.inputs, logits_, plan.all_logits); !st.ok()) {
     for (Active* a : plan.owners) complete(*a, st);
     return;
   }
@@ -391,6 +412,7 @@ Scheduler::Plan Scheduler::plan_step() {
     plan.inputs.push_back(
         {a.seq, std::span<const int32_t>(a.context).subspan(a.cached, item.tokens)});
     plan.owners.push_back(&a);
+    plan.all_logits |= a.prefilling() && a.req->params.prompt_logprobs && a.generated == 0;
   }
   return plan;
 }
@@ -410,9 +432,17 @@ void Scheduler::preempt(Active& a) {
 }
 
 void Scheduler::record_step(const Plan& plan) {
+  const auto vocab = static_cast<size_t>(runner_.model().config().vocab_size);
+  size_t next_row = 0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     Active& a = *plan.owners[i];
     const size_t n = plan.inputs[i].tokens.size();
+    const size_t first_row = plan.all_logits ? next_row : i;
+    next_row += n;
+    const size_t last_row = plan.all_logits ? first_row + n - 1 : i;
+    if (plan.all_logits && a.req->params.prompt_logprobs && a.generated == 0) {
+      score_prompt(a, a.cached, {logits_.data() + first_row * vocab, n * vocab});
+    }
     const bool was_prefill = a.prefilling();
     const size_t from = a.cached;
     a.cached += n;
@@ -427,18 +457,48 @@ void Scheduler::record_step(const Plan& plan) {
     }
     // A resumed request already has the token this chunk's logits predict.
     if (a.prefilling() || (was_prefill && a.generated > 0)) continue;
-    float logprob = 0;
-    std::span<const float> row(
-        logits_.data() + i * static_cast<size_t>(runner_.model().config().vocab_size),
-        runner_.model().config().vocab_size);
-    int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &logprob : nullptr);
-    emit(a, token, logprob);
+    if (was_prefill && a.req->params.prompt_logprobs && !send_prompt_scores(a)) continue;
+    Scored scored;
+    std::span<const float> row(logits_.data() + last_row * vocab, vocab);
+    int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &scored : nullptr);
+    emit(a, token, std::move(scored));
     // The prompt's state is cached once its first token is out, so as not to delay it.
     if (was_prefill && a.generated == 1) offer_prefix(a);
   }
 }
 
-void Scheduler::emit(Active& a, int32_t token, float logprob) {
+// Scores the prompt tokens that the rows of a chunk starting at prompt position `from` predict.
+void Scheduler::score_prompt(Active& a, size_t from, std::span<const float> rows) {
+  const size_t vocab = static_cast<size_t>(runner_.model().config().vocab_size);
+  a.prompt_scores.resize(a.prompt_size());
+  for (size_t k = 0; k < rows.size() / vocab; ++k) {
+    const size_t predicted = from + k + 1;
+    if (predicted >= a.prompt_size()) break;
+    a.prompt_scores[predicted] = score(rows.subspan(k * vocab, vocab), a.context[predicted],
+                                       a.req->params.sampling.top_logprobs);
+  }
+}
+
+// The scored prompt, once prefilled; false when that ends the request (max_new_tokens 0).
+bool Scheduler::send_prompt_scores(Active& a) {
+  TokenChunk chunk;
+  chunk.prompt = true;
+  chunk.ids = a.req->params.prompt;
+  a.prompt_scores.resize(a.prompt_size());
+  a.prompt_scores[0].logprob = std::numeric_limits<float>::quiet_NaN();
+  for (Scored& s : a.prompt_scores) {
+    chunk.logprobs.push_back(s.logprob);
+    chunk.top.push_back(std::move(s.top));
+  }
+  a.prompt_scores.clear();
+  a.req->sink->on_tokens(std::move(chunk));
+  if (a.req->params.max_new_tokens > 0) return true;
+  a.reason = FinishReason::kLength;
+  complete(a, absl::OkStatus());
+  return false;
+}
+
+void Scheduler::emit(Active& a, int32_t token, Scored scored) {
   const GenerationParams& p = a.req->params;
   Clock::time_point now = Clock::now();
   if (metrics_ != nullptr) {
@@ -456,14 +516,20 @@ void Scheduler::emit(Active& a, int32_t token, float logprob) {
 
   TokenChunk chunk;
   chunk.ids.push_back(token);
-  if (p.logprobs) chunk.logprobs.push_back(logprob);
+  if (p.logprobs) {
+    chunk.logprobs.push_back(scored.logprob);
+    chunk.top.push_back(std::move(scored.top));
+  }
   const size_t bytes_before = a.text.bytes().size();
   chunk.text = a.text.push(chunk.ids);
 
-  if (token == runner_.model().config().eos_id && !p.ignore_eos) {
+  // As vLLM: the first min_tokens tokens end nothing (the sampler keeps EOS and stop ids out).
+  const bool may_stop = a.generated > p.sampling.rules.min_tokens;
+  if (may_stop && token == runner_.model().config().eos_id && !p.ignore_eos) {
     a.reason = FinishReason::kEos;
-  } else if (std::ranges::find(p.stop_token_ids, token) != p.stop_token_ids.end() ||
-             stop_in_tail(a.text.bytes(), a.text.bytes().size() - bytes_before, p.stop)) {
+  } else if (may_stop &&
+             (std::ranges::find(p.stop_token_ids, token) != p.stop_token_ids.end() ||
+              stop_in_tail(a.text.bytes(), a.text.bytes().size() - bytes_before, p.stop))) {
     a.reason = FinishReason::kStop;
   } else if (a.generated >= p.max_new_tokens) {
     a.reason = FinishReason::kLength;

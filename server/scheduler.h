@@ -87,7 +87,9 @@ class Scheduler {
   Plan plan_step();
   void preempt(Active& a);
   void record_step(const Plan& plan);
-  void emit(Active& a, int32_t token, float logprob);
+  void score_prompt(Active& a, size_t from, std::span<const float> rows);
+  bool send_prompt_scores(Active& a);
+  void emit(Active& a, int32_t token, Scored scored);
   void complete(Active& a, absl::Status status);
   FinishedRequest finished(const Active& a) const;
   absl::Status check_fits_alone(const GenerationParams& p) const;

@@ -1,5 +1,6 @@
 #include "server/validate.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +73,61 @@ absl::Status check_sampling(const v1::GenerateRequest& req, GenerationParams& p)
   p.sampling.top_k = req.top_k();
   p.sampling.top_p = req.has_top_p() ? req.top_p() : 1.0f;
   p.sampling.seed = req.seed();
+  return absl::OkStatus();
+}
+
+inline constexpr int kMaxTopLogprobs = 20;      // vLLM's default --max-logprobs is 20
+inline constexpr float kMaxLogitBias = 100.0f;  // OpenAI's range
+
+bool within(float x, float lo, float hi) { return std::isfinite(x) && x >= lo && x <= hi; }
+
+// vLLM's sampling fields, with vLLM's ranges.
+absl::Status check_penalties(const v1::GenerateRequest& req, const RequestLimits& limits,
+                             GenerationParams& p) {
+  LogitRules& r = p.sampling.rules;
+  r.repetition_penalty = req.has_repetition_penalty() ? req.repetition_penalty() : 1.0f;
+  if (!(std::isfinite(r.repetition_penalty) && r.repetition_penalty > 0)) {
+    return bad("repetition_penalty", absl::StrCat(r.repetition_penalty, " must be > 0"));
+  }
+  if (!within(req.presence_penalty(), -2, 2)) {
+    return bad("presence_penalty", absl::StrCat(req.presence_penalty(), " must be in [-2, 2]"));
+  }
+  if (!within(req.frequency_penalty(), -2, 2)) {
+    return bad("frequency_penalty", absl::StrCat(req.frequency_penalty(), " must be in [-2, 2]"));
+  }
+  r.presence_penalty = req.presence_penalty();
+  r.frequency_penalty = req.frequency_penalty();
+  for (const auto& [id, bias] : req.logit_bias()) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return bad("logit_bias", absl::StrCat("id ", id, " is outside the vocabulary [0, ",
+                                            limits.vocab_size, ")"));
+    }
+    if (!within(bias, -kMaxLogitBias, kMaxLogitBias)) {
+      return bad("logit_bias",
+                 absl::StrCat("bias ", bias, " of id ", id, " must be in [-100, 100]"));
+    }
+    r.logit_bias.emplace_back(id, bias);
+  }
+  std::ranges::sort(r.logit_bias);  // a map's order is unspecified: the same request, same rules
+  return absl::OkStatus();
+}
+
+absl::Status check_filters(const v1::GenerateRequest& req, GenerationParams& p) {
+  if (!within(req.min_p(), 0, 1)) {
+    return bad("min_p", absl::StrCat(req.min_p(), " must be in [0, 1]"));
+  }
+  p.sampling.min_p = req.min_p();
+  if (req.top_logprobs() < 0 || req.top_logprobs() > kMaxTopLogprobs) {
+    return bad("top_logprobs",
+               absl::StrCat(req.top_logprobs(), " must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  p.sampling.top_logprobs = req.top_logprobs();
+  if (req.min_tokens() < 0 || req.min_tokens() > p.max_new_tokens) {
+    return bad(
+        "min_tokens",
+        absl::StrCat(req.min_tokens(), " must be in [0, max_new_tokens = ", p.max_new_tokens, "]"));
+  }
+  p.sampling.rules.min_tokens = req.min_tokens();
   return absl::OkStatus();
 }
 
@@ -164,11 +220,16 @@ absl::StatusOr<GenerationParams> to_params(const v1::GenerateRequest& req,
   if (!prompt.ok()) return prompt.status();
   p.prompt = std::move(*prompt);
   p.max_new_tokens = req.has_max_new_tokens() ? req.max_new_tokens() : kDefaultMaxNewTokens;
-  if (p.max_new_tokens < 1 || p.max_new_tokens > limits.max_new_tokens) {
-    return bad("max_new_tokens", absl::StrCat(req.max_new_tokens(), " is out of range [1, ",
-                                              limits.max_new_tokens, "] (--max-new-tokens)"));
+  // Scoring a prompt needs no new token (lm-evaluation-harness's loglikelihood).
+  p.prompt_logprobs = req.prompt_logprobs();
+  const int least = p.prompt_logprobs ? 0 : 1;
+  if (p.max_new_tokens < least || p.max_new_tokens > limits.max_new_tokens) {
+    return bad("max_new_tokens", absl::StrCat(req.max_new_tokens(), " is out of range [", least,
+                                              ", ", limits.max_new_tokens, "] (--max-new-tokens)"));
   }
   if (absl::Status st = check_sampling(req, p); !st.ok()) return st;
+  if (absl::Status st = check_penalties(req, limits, p); !st.ok()) return st;
+  if (absl::Status st = check_filters(req, p); !st.ok()) return st;
   if (absl::Status st = check_stop(req, limits, p); !st.ok()) return st;
   if (absl::Status st = check_policy(req, limits, p); !st.ok()) return st;
   p.logprobs = req.logprobs();

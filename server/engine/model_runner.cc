@@ -18,7 +18,8 @@ absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& polic
   return cache_.add_sequence(policy);
 }
 
-absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<float> logits) {
+absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<float> logits,
+                               bool all_logits) {
   absl::Cleanup unreserve = [&] {
     for (const StepInput& in : inputs) cache_.unreserve(in.seq);
   };
@@ -35,7 +36,8 @@ absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<floa
     }
     items.push_back(ForwardItem{in.seq, in.tokens, position(in.seq)});
   }
-  return backend_->forward(items, logits);
+  ForwardTrace trace{.all_logits = all_logits};
+  return backend_->forward(items, logits, all_logits ? &trace : nullptr);
 }
 
 int32_t ModelRunner::position(cache::SeqId seq) const {

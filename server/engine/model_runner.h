@@ -35,10 +35,12 @@ class ModelRunner {
   // pages appending n_tokens to `seq` may take; the caller preempts or defers it.
   bool reserve(cache::SeqId seq, int n_tokens) { return cache_.reserve(seq, n_tokens); }
   // Appends each input's tokens at its sequence's current position and writes the logits of
-  // its last token to logits[i * vocab_size]. Reserves what the caller did not, and hands back
+  // its last token to logits[i * vocab_size] (with all_logits, of every token, input after
+  // input). Reserves what the caller did not, and hands back
   // every reservation afterwards. ResourceExhausted (nothing changed) when the pool cannot take
   // the whole step.
-  absl::Status step(std::span<const StepInput> inputs, std::span<float> logits);
+  absl::Status step(std::span<const StepInput> inputs, std::span<float> logits,
+                    bool all_logits = false);
   int32_t position(cache::SeqId seq) const;
   void finish(cache::SeqId seq);  // frees every page of the sequence at once
 

@@ -1,4 +1,5 @@
-// Samplers (greedy, temperature, top-k, top-p; seeded).
+// Samplers (greedy, temperature, top-k, top-p, min-p; seeded), vLLM's penalties, bias and
+// min_tokens, and top_logprobs.
 #include "server/engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -21,10 +22,10 @@ std::map<int32_t, int> histogram(const SamplingParams& p, const std::vector<floa
 TEST(Sampler, GreedyPicksTheArgmaxWithItsLogProb) {
   Sampler s({});
   const std::vector<float> logits = {0.0f, 3.0f, NAN, 1.0f, 3.0f};
-  float lp = 0.0f;
-  EXPECT_EQ(s.sample(logits, &lp), 1);  // first of the tied maxima; NaN never wins
+  Scored scored;
+  EXPECT_EQ(s.sample(logits, &scored), 1);  // first of the tied maxima; NaN never wins
   const double z = 1 + 2 * std::exp(3.0) + std::exp(1.0);
-  EXPECT_NEAR(lp, 3.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(scored.logprob, 3.0 - std::log(z), 1e-5);
 }
 
 TEST(Sampler, SameSeedSameTokensOtherSeedOtherTokens) {
@@ -46,10 +47,10 @@ TEST(Sampler, TemperatureMatchesTheSoftmax) {
   EXPECT_NEAR(h[1] / 20000.0, 0.75, 0.015);
   h = histogram({.temperature = 0.5f, .seed = 1}, logits, 20000);  // p ~ 1:9
   EXPECT_NEAR(h[1] / 20000.0, 0.9, 0.01);
-  float lp = 0.0f;
+  Scored scored;
   Sampler s({.temperature = 0.5f, .seed = 3});
-  const int32_t tok = s.sample(logits, &lp);
-  EXPECT_NEAR(lp, std::log(tok == 1 ? 0.9 : 0.1), 1e-5);
+  const int32_t tok = s.sample(logits, &scored);
+  EXPECT_NEAR(scored.logprob, std::log(tok == 1 ? 0.9 : 0.1), 1e-5);
 }
 
 TEST(Sampler, TopKKeepsOnlyTheKBest) {
@@ -69,6 +70,66 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
   EXPECT_NEAR(h[0] / 20000.0, 0.5 / 0.8, 0.015);
   h = histogram({.temperature = 1.0f, .top_p = 0.01f, .seed = 3}, logits, 100);
   EXPECT_EQ(h[0], 100);  // a tiny nucleus still holds the best token
+}
+
+TEST(Sampler, MinPDropsTokensBelowItsShareOfTheLikeliest) {
+  // p = 0.5, 0.3, 0.15, 0.05: min_p 0.25 keeps tokens with p >= 0.125 (0, 1, 2).
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  auto h = histogram({.temperature = 1.0f, .seed = 4, .min_p = 0.25f}, logits, 20000);
+  EXPECT_EQ(h.count(3), 0u);
+  EXPECT_NEAR(h[2] / 20000.0, 0.15 / 0.95, 0.01);
+}
+
+// Hugging Face's rule: a seen token's positive logit is divided, a negative one multiplied.
+TEST(Sampler, RepetitionPenaltyCoversPromptAndOutput) {
+  const std::vector<int32_t> prompt = {0};
+  SamplingParams p{.rules = {.repetition_penalty = 2.0f}};
+  Sampler s(p, prompt);
+  // Token 0 (seen in the prompt) 3.0 -> 1.5 loses to token 1's 2.0.
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 2.0f, -1.0f}), 1);
+  // Now 1 is seen too: 2.0 -> 1.0 loses to 2's 1.5; negative 0 -> -2 x 2.
+  EXPECT_EQ(s.sample(std::vector<float>{-1.0f, 2.0f, 1.5f}), 2);
+  // Unpenalized, the same logits pick 1.
+  Sampler plain({}, prompt);
+  EXPECT_EQ(plain.sample(std::vector<float>{-1.0f, 2.0f, 1.5f}), 1);
+}
+
+// OpenAI's rule over the output only: logit -= frequency x count + presence x (count > 0).
+TEST(Sampler, PresenceAndFrequencyPenalizeOnlyTheOutput) {
+  const std::vector<int32_t> prompt = {1};
+  Sampler s({.rules = {.presence_penalty = 0.5f, .frequency_penalty = 0.3f}}, prompt);
+  const std::vector<float> logits = {2.0f, 2.5f, 1.0f};
+  EXPECT_EQ(s.sample(logits), 1);  // the prompt's 1 is not penalized
+  EXPECT_EQ(s.sample(logits), 0);  // 2.5 - 0.8 = 1.7 < 2.0
+  EXPECT_EQ(s.sample(logits), 1);  // 0: 2.0 - 0.8 = 1.2 < 1.7
+  EXPECT_EQ(s.sample(logits), 1);  // 1: 2.5 - 0.5 - 0.6 = 1.4 still beats 0's 1.2
+  EXPECT_EQ(s.sample(logits), 0);  // 1: 2.5 - 0.5 - 0.9 = 1.1 < 1.2
+}
+
+TEST(Sampler, LogitBiasAndMinTokens) {
+  Sampler biased({.rules = {.logit_bias = {{2, 5.0f}}}});
+  EXPECT_EQ(biased.sample(std::vector<float>{3.0f, 1.0f, -1.0f}), 2);
+  // EOS (2) is out of reach for the first two tokens, then allowed.
+  Sampler s({.rules = {.min_tokens = 2, .end_ids = {2}}});
+  const std::vector<float> logits = {0.0f, 1.0f, 9.0f};
+  EXPECT_EQ(s.sample(logits), 1);
+  EXPECT_EQ(s.sample(logits), 1);
+  EXPECT_EQ(s.sample(logits), 2);
+}
+
+// Reported log-probabilities are the model's, before penalties and bias, as vLLM's.
+TEST(Sampler, TopLogprobsAreTheLikeliestUnderTheModel) {
+  Sampler s({.top_logprobs = 2, .rules = {.logit_bias = {{0, 10.0f}}}});
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f};
+  Scored scored;
+  EXPECT_EQ(s.sample(logits, &scored), 0);
+  const double z = std::log(1 + std::exp(2.0) + std::exp(1.0));
+  EXPECT_NEAR(scored.logprob, 0.0 - z, 1e-5);
+  ASSERT_EQ(scored.top.size(), 2u);
+  EXPECT_EQ(scored.top[0].token, 1);
+  EXPECT_NEAR(scored.top[0].logprob, 2.0 - z, 1e-5);
+  EXPECT_EQ(scored.top[1].token, 2);
 }
 
 }  // namespace

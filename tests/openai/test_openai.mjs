@@ -196,6 +196,96 @@ test("chat completions, plain and streamed, through the default (ChatML) templat
   assert.equal(err.param, "messages[0].role");
 });
 
+// The id of a byte-tokenizer token as logprobs.tokens spells it (a character, bytes:\xNN or
+// <special:N>).
+function tokenId(t) {
+  const special = t.match(/^<special:(\d+)>$/);
+  if (special) return Number(special[1]);
+  const byte = t.match(/^bytes:\\x([0-9A-F]{2})$/);
+  if (byte) return parseInt(byte[1], 16);
+  assert.equal(t.length, 1, t);
+  return t.charCodeAt(0);
+}
+
+// The penalties' rules, applied to the model's own top-20 log-probabilities that the server
+// reports at each step (before penalties, as vLLM's): its greedy pick must be their argmax.
+test("presence and frequency penalties change greedy output as OpenAI specifies", async () => {
+  const body = {
+    model: MODEL_NAME, prompt: "The grass is green. The grass is", max_tokens: 24, temperature: 0,
+    logprobs: 20, ignore_eos: true, eviction_policy: "none",
+  };
+  const plain = (await client.completions.create(body)).choices[0];
+  const rules = { presence_penalty: 0.7, frequency_penalty: 0.6 };
+  const penalized = (await client.completions.create({ ...body, ...rules })).choices[0];
+  assert.notEqual(penalized.text, plain.text);
+  const { tokens, top_logprobs: top } = penalized.logprobs;
+  const counts = new Map();
+  tokens.forEach((token, i) => {
+    let best = null, bestScore = -Infinity;
+    for (const [t, lp] of Object.entries(top[i])) {
+      const n = counts.get(t) ?? 0;
+      const score = lp - rules.frequency_penalty * n - (n > 0 ? rules.presence_penalty : 0);
+      if (score > bestScore) [best, bestScore] = [t, score];
+    }
+    // Penalties only lower scores: a token outside the top 20 cannot beat this one.
+    assert.ok(bestScore >= Math.min(...Object.values(top[i])), `step ${i}`);
+    assert.equal(token, best, `step ${i}`);
+    counts.set(token, (counts.get(token) ?? 0) + 1);
+  });
+  // logit_bias and min_tokens: a banned token never appears; nothing ends before min_tokens.
+  const banned = plain.logprobs.tokens[0];
+  const biased = await client.completions.create({
+    ...body, logprobs: 0, logit_bias: { [tokenId(banned)]: -100 },
+  });
+  assert.ok(!biased.choices[0].logprobs.tokens.includes(banned), banned);
+  // The greedy first token as a stop token: alone it ends generation at once; min_tokens keeps
+  // it out of the first 6 (masked), and generation goes on past them.
+  const stopId = tokenId(plain.logprobs.tokens[0]);
+  const stops = { ...body, logprobs: 0, max_tokens: 12, stop_token_ids: [stopId] };
+  const early = await client.completions.create(stops);
+  assert.equal(early.usage.completion_tokens, 1);
+  const held = await client.completions.create({ ...stops, min_tokens: 6 });
+  assert.ok(!held.choices[0].logprobs.tokens.slice(0, 6).map(tokenId).includes(stopId));
+  assert.ok(held.usage.completion_tokens >= 6);
+});
+
+// Scoring a text by echoing it (prefill, every row's logits) equals generating it (decode).
+test("echo with logprobs: the prompt's log-probabilities equal a decoding pass", async () => {
+  const prompt = "The pass key is 7261. The pass key is";
+  const body = { model: MODEL_NAME, temperature: 0, eviction_policy: "none" };
+  const gen = (await client.completions.create({
+    ...body, prompt, max_tokens: 10, logprobs: 2,
+  })).choices[0];
+  const promptIds = (await (await fetch(`${shared.base}/tokenize`, {
+    method: "POST", body: JSON.stringify({ prompt }),
+  })).json()).tokens;
+  const decoded = gen.logprobs.tokens.map(tokenId);
+  for (const max_tokens of [0, 1]) {
+    const echo = (await client.completions.create({
+      ...body, prompt: [...promptIds, ...decoded], max_tokens, logprobs: 2, echo: true,
+    })).choices[0];
+    assert.ok(echo.text.startsWith(prompt), echo.text);
+    const lp = echo.logprobs;
+    const n = promptIds.length + decoded.length;
+    assert.equal(lp.tokens.length, n + max_tokens);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    assert.deepEqual(lp.text_offset.slice(0, 3), [0, 0, 1]);  // [BOS] has no text
+    lp.token_logprobs.slice(promptIds.length, n).forEach((x, i) => {
+      assert.ok(Math.abs(x - gen.logprobs.token_logprobs[i]) < 1e-4, `${x} vs decode`);
+      assert.deepEqual(Object.keys(lp.top_logprobs[promptIds.length + i]),
+        Object.keys(gen.logprobs.top_logprobs[i]));
+    });
+  }
+  // Streamed, the echo comes first.
+  const stream = await client.completions.create({
+    ...body, prompt, max_tokens: 3, echo: true, stream: true,
+  });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.ok(text.startsWith(prompt) && text.length > prompt.length, text);
+});
+
 test("/tokenize and /detokenize answer as vLLM's", async () => {
   const post = async (path, body) => {
     const r = await fetch(`${shared.base}${path}`, {
@@ -247,10 +337,15 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ prompt: "" }, "prompt"],
     [{ prompt: [256, 999999] }, "prompt"],
     [{ n: 2 }, "n"],
-    [{ logprobs: 3 }, "logprobs"],
-    [{ repetition_penalty: 1.5 }, "repetition_penalty"],
-    [{ min_p: 0.1 }, "min_p"],
-    [{ min_tokens: 4 }, "min_tokens"],
+    [{ logprobs: 21 }, "logprobs"],
+    [{ repetition_penalty: 0 }, "repetition_penalty"],
+    [{ presence_penalty: 2.5 }, "presence_penalty"],
+    [{ frequency_penalty: -3 }, "frequency_penalty"],
+    [{ min_p: 1.5 }, "min_p"],
+    [{ min_tokens: 4 }, "min_tokens"],  // more than max_tokens
+    [{ logit_bias: { 999999: 1 } }, "logit_bias"],
+    [{ logit_bias: { 65: 101 } }, "logit_bias"],
+    [{ logit_bias: { x: 1 } }, "logit_bias"],
     [{ stop_token_ids: "2" }, "stop_token_ids"],
   ];
   for (const [extra, field] of cases) {
