@@ -1,11 +1,11 @@
-// A /v1/completions body -> CompletionRequest -> GenerationParams, the path of every OpenAI
-// request (server/openai_api.cc): the depth check, the JSON parse, the field parser and the
-// shared validation. Nothing may crash, recurse without bound, or echo a long client string.
+// A /v1/completions body, and the same bytes as a /v1/chat/completions body -> CompletionRequest
+// -> GenerationParams, the path of every OpenAI request (server/openai_api.cc): the depth check,
+// the JSON parse, the chat template, the field parser and the shared validation. Nothing may
+// crash, recurse without bound, or echo a long client string.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
-#include "model/json_depth.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "server/openai_request.h"
@@ -20,18 +20,10 @@ void check_error(const absl::Status& st) {
   (void)fpa::server::json_text(e.body());
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view body(reinterpret_cast<const char*>(data), size);
-  if (!fpa::json_depth_within(body)) return 0;
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return 0;
-  absl::StatusOr<fpa::server::CompletionRequest> req = fpa::server::parse_completion_request(j);
-  if (!req.ok()) {
-    check_error(req.status());
-    return 0;
-  }
+void check_body(std::string_view body, bool chat) {
+  absl::StatusOr<fpa::server::CompletionRequest> req =
+      fpa::server::parse_completion_body(body, chat);
+  if (!req.ok()) return check_error(req.status());
   static const std::unique_ptr<fpa::Tokenizer> tokenizer = [] {
     fpa::ModelConfig config;
     config.vocab_size = 259;
@@ -39,13 +31,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
   absl::StatusOr<fpa::server::GenerationParams> p = fpa::server::to_params(req->generate, limits);
-  if (!p.ok()) {
-    check_error(p.status());
-    return 0;
-  }
+  if (!p.ok()) return check_error(p.status());
   if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
       p->max_new_tokens < 1 || p->max_new_tokens > limits.max_new_tokens) {
     std::abort();
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  check_body(body, /*chat=*/false);
+  check_body(body, /*chat=*/true);
   return 0;
 }

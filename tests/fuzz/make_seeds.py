@@ -71,6 +71,22 @@ TEXTS = ["the there  \u00e9\\u00e9 \U0001F600\n\n x".encode(),
          b"a\xff\xc3b   \t\"\\", "\u4e2d\u6587 \u0440\u0443\u0441 123".encode()]
 
 
+# What HTTP clients send, after the byte that sets the fuzzer's read size: pipelining, bodies by
+# length and chunked (extensions, trailers), 100-continue, HTTP/1.0, a close.
+BODY = b'{"prompt": "hi", "max_tokens": 4, "stream": true}'
+HTTP = [
+    b"\x00GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
+    b"Connection: close\r\n\r\n",
+    b"\x07POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Authorization: Bearer k\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY,
+    b"\x03POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5;ext=1\r\n{\"a\":\r\n3\r\n 1}\r\n0\r\nX-Trailer: t\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+    b"\x40POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n"
+    b"\r\n{}",
+    b"\x01GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /health HTTP/1.0\r\n\r\n",
+]
+
+
 def write(target, name, data):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -90,6 +106,8 @@ def main():
         write("request", f"request-{i}.pb", req.SerializeToString())
     for i, text in enumerate(TEXTS):
         write("tokenizer", f"text-{i}.txt", text)
+    for i, raw in enumerate(HTTP):
+        write("http", f"http-{i}.txt", raw)
 
 
 if __name__ == "__main__":
