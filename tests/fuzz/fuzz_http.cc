@@ -5,6 +5,8 @@
 // socket). Each input is read twice: with the server's limits, and with tight ones that 4 KiB
 // inputs can exceed. Nothing may throw or crash; every request let through must be within the
 // limits, every refusal a 400/413/414/431.
+// TODO(issue 22): the response side (the disconnect watch's hang-up and half-close probe, streamed
+// writes) follows socket events rather than bytes; server_unit and server_http_hostile cover it.
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
