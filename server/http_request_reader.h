@@ -2,7 +2,7 @@
 // server's limits, the buffer that bounds what one request may hold unparsed (and keeps the
 // bytes of pipelined requests), and what each read's outcome means: a request to dispatch, a
 // body still to read, a 4xx answer, or a close. http::Connection drives it with async reads on
-// its socket; tests/fuzz/fuzz_http drives it with the same Beast reads on raw bytes.
+// its socket; tests/fuzz/fuzz_http.cc drives it with the same Beast reads on raw bytes.
 #pragma once
 
 // clang-format off

@@ -1,9 +1,12 @@
-// Raw bytes from a client -> the HTTP/1.1 reader of every connection (server/http_request_reader):
-// the Beast parser with the server's limits, headers, bodies (chunked too), trailers and pipelined
-// requests, read the way http::Connection reads them (the same Beast read operations, on a
-// stream that hands out the input in pieces instead of a socket). Each input is read twice:
-// with the server's limits, and with tight ones that 4 KiB inputs can exceed. Nothing may throw
-// or crash; every request let through must be within the limits, every refusal a 400/413/414/431.
+// Raw bytes from a client -> the HTTP/1.1 reader of every connection
+// (server/http_request_reader.h): the Beast parser with the server's limits, headers, bodies
+// (chunked too), trailers and pipelined requests, read the way http::Connection reads them (the
+// same Beast read operations, on a stream that hands out the input in pieces instead of a
+// socket). Each input is read twice: with the server's limits, and with tight ones that 4 KiB
+// inputs can exceed. Nothing may throw or crash; every request let through must be within the
+// limits, every refusal a 400/413/414/431.
+// TODO(issue 22): the response side (the disconnect watch's hang-up and half-close probe, streamed
+// writes) follows socket events rather than bytes; server_unit and server_http_hostile cover it.
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>

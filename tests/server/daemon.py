@@ -76,6 +76,10 @@ class Server:
         with open(self.log.name, errors="replace") as f:
             return f.read()
 
+    def http_port(self) -> int:
+        """The OpenAI API's port (--http-address 127.0.0.1:0), from the startup line."""
+        return int(re.search(r"(\d+) \(http\)", self.output()).group(1))
+
     def _wait_for_ports(self):
         deadline = time.time() + STARTUP_SECONDS
         while time.time() < deadline:

@@ -64,10 +64,9 @@ def test_http_usage_reports_cached_tokens(make_server):
     """The OpenAI usage carries what gRPC's does: cached (prefix) tokens in vLLM's
     prompt_tokens_details, preemptions and recomputed tokens."""
     import json
-    import re
     import urllib.request
     s = make_server("--prefix-cache", "0.5")
-    port = int(re.search(r"(\d+) \(http\)", s.output()).group(1))
+    port = s.http_port()
 
     def usage(prompt):
         req = urllib.request.Request(

@@ -1,7 +1,9 @@
-"""Soak: about a minute of mixed clients against one daemon (random prompts and policies, bad
-requests, cancellations, deadlines, stalled and vanished readers). Every RPC must end with a status
-that /metrics counts, the cache and the queue must drain to zero, resident memory must stay flat
-in the second half, and SIGTERM must end the process within --drain-seconds.
+"""Soak: about a minute of mixed clients against one daemon, over gRPC (random prompts and
+policies, bad requests, cancellations, deadlines, stalled and vanished readers) and HTTP at once
+(plain and SSE completions, streams abandoned midway, pipelined HTTP/1.1 requests; soak_http.py).
+Every call must end with a status that /metrics counts, every HTTP request must be answered, the
+cache and the queue must drain to zero, resident memory must stay flat in the second half,
+SIGTERM must end the process within --drain-seconds, and the log must hold no sanitizer report.
 
 FPA_SOAK_SECONDS sets the load phase (default 40); ctest runs this once against the Release
 daemon and once against an ASan+UBSan build of it (server_soak_asan)."""
@@ -14,6 +16,7 @@ import time
 
 import grpc
 
+import soak_http
 from conftest import fpa_client
 
 pb, pb_grpc = fpa_client.pb, fpa_client.pb_grpc
@@ -22,6 +25,8 @@ DRAIN_SECONDS = 3
 POLICIES = ["", "fpa", "none", "window", "sinks", "h2o", "snapkv", "tova"]
 # Codes only the server produces: a client that saw one knows its call was counted.
 SERVER_CODES = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
+# What ASan, LeakSanitizer and UBSan write (the ASan daemon of server_soak_asan).
+SANITIZER_REPORTS = ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"]
 
 
 class Tally:
@@ -32,6 +37,11 @@ class Tally:
         self.started = 0
         self.received = 0
         self.codes = collections.Counter()
+        self.actions = collections.Counter()
+
+    def began(self, action: str):
+        with self.lock:
+            self.actions[action] += 1
 
     def record(self, code: str, received: bool):
         with self.lock:
@@ -77,13 +87,17 @@ def run_stream(call, tally: Tally, stop_after=None, then=None):
         tally.record(code_of(e), received=got > 0)
 
 
-def client(address: str, seed: int, tally: Tally, stop_at: float):
+def client(address: str, http_port: int, seed: int, tally: Tally, stop_at: float):
     rng = random.Random(seed)
     channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
     stub = pb_grpc.FpaServiceStub(channel)
     while time.time() < stop_at:
-        action = rng.choice(["unary", "stream", "cancel", "deadline", "stall", "vanish", "bytes"])
-        if action == "unary":
+        action = rng.choice(["unary", "stream", "cancel", "deadline", "stall", "vanish", "bytes"] +
+                            soak_http.ACTIONS)
+        tally.began(action)
+        if action in soak_http.ACTIONS:
+            soak_http.client(http_port, action, rng, tally)
+        elif action == "unary":
             try:
                 stub.Generate(random_request(rng), timeout=60)
                 tally.record("OK", received=True)
@@ -156,7 +170,8 @@ def test_soak(make_server):
     tally = Tally()
     start = time.time()
     stop_at = start + LOAD_SECONDS
-    workers = [threading.Thread(target=client, args=(s.address, seed, tally, stop_at))
+    workers = [threading.Thread(target=client,
+                                args=(s.address, s.http_port(), seed, tally, stop_at))
                for seed in range(8)]
     for w in workers:
         w.start()
@@ -182,8 +197,9 @@ def test_soak(make_server):
     delta = counted(s) - before
     total = sum(delta.values())
     print(f"soak: {tally.started} calls, {tally.received} certainly received, server counted "
-          f"{total}: {dict(delta)}; clients saw {dict(tally.codes)}")
+          f"{total}: {dict(delta)}; clients saw {dict(tally.codes)}; actions {dict(tally.actions)}")
     assert tally.started > 200
+    assert not [c for c in tally.codes if c.startswith("HTTP_")], "HTTP requests unanswered"
     assert tally.received <= total <= tally.started  # every received call was counted
     for code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"):
         assert delta[code] == tally.codes[code], code
@@ -205,6 +221,8 @@ def test_soak(make_server):
     assert time.time() - sent < DRAIN_SECONDS + 3, "SIGTERM took longer than --drain-seconds"
     for c in long_calls:
         c.cancel()
+    reports = [m for m in SANITIZER_REPORTS if m in s.output()]
+    assert not reports, s.output()[-4000:]
 
 
 PRESSURE_SECONDS = LOAD_SECONDS / 2
