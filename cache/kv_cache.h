@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cache/device_pool.h"
 
 namespace fpa::cache {
 
@@ -144,7 +145,12 @@ class KvCache {
   // A new sequence in the state `seq` is in now (its live keys copied, densely packed, with
   // their levels, minima and masses, its eviction order and last phi), so that either can go
   // on alone. ResourceExhausted, nothing changed, when the unreserved pool cannot hold the copy.
+  // A pool without host storage copies its keys through the attached device
+  // (FailedPrecondition when none is: the copy would read another stream's keys there).
   virtual absl::StatusOr<SeqId> fork(SeqId seq) = 0;
+  // The device that holds the keys of a pool without host storage (null: none), for the edits
+  // the cache makes outside a step. Not owned; it must outlive the cache or be detached.
+  virtual void attach_device(DevicePool* device) = 0;
   // Pages a fork of `seq` would take.
   virtual int64_t pages_to_fork(SeqId seq) const = 0;
   // Returns every page of the sequence to the pool at once. Unknown ids are ignored.

@@ -102,12 +102,10 @@ class PagedKvCache final : public KvCache {
 
   absl::StatusOr<SeqId> fork(SeqId id) override {
     if (!contains(id)) return absl::NotFoundError(absl::StrCat("fork: unknown sequence ", id));
-    // TODO(issue 23): send fork copies (and resets, writes, moves) through one slot-edit
-    // interface the CUDA backend implements; until then a device pool's copy would hold another
-    // stream's keys there, and the device's running minima would not reach the host.
-    if (!table_->host_storage()) {
+    const bool on_device = !table_->host_storage();
+    if (on_device && device_ == nullptr) {
       return absl::FailedPreconditionError(
-          "fork: the keys and values live on the device, which fork does not copy yet");
+          "fork: the keys and values live on a device, and no device is attached to copy them");
     }
     if (pages_to_fork(id) > free_pages()) {
       return absl::ResourceExhaustedError(absl::StrCat("fork: sequence ", id, " needs ",
@@ -116,22 +114,29 @@ class PagedKvCache final : public KvCache {
     }
     absl::StatusOr<SeqId> copy = add_sequence(policy(id));
     if (!copy.ok()) return copy.status();
+    std::vector<SlotCopy> copies;
+    std::vector<int32_t> pages;
     absl::Status copied;
     {
       std::shared_lock lock(mu_);
       const Sequence& from = *find(id);
       Sequence& to = *sequences_.at(*copy);
       for (size_t i = 0; i < from.streams.size() && copied.ok(); ++i) {
-        copied = copy_stream(from.streams[i], to, to.streams[i]);
+        copied = copy_stream(from.streams[i], to, to.streams[i], copies);
+        pages.insert(pages.end(), to.streams[i].pages.pages.begin(),
+                     to.streams[i].pages.pages.end());
       }
       to.length = from.length.load();
     }
+    if (copied.ok() && on_device) copied = device_->copy_slots(pages, copies);
     if (!copied.ok()) {  // another thread took pages meanwhile: nothing of the copy stays
       release(*copy);
       return copied;
     }
     return *copy;
   }
+
+  void attach_device(DevicePool* device) override { device_ = device; }
 
   void release(SeqId id) override {
     std::unique_ptr<Sequence> seq;
@@ -315,7 +320,9 @@ class PagedKvCache final : public KvCache {
   // Re-inserts a stream's live keys into an empty one (the rule orders them as new keys; each
   // is alive by its own minimum, so the next eviction call judges them as the source's order
   // would) and carries its position, horizon and last phi.
-  absl::Status copy_stream(const Stream& from, Sequence& seq, Stream& to) {
+  // Copies `from`'s live keys into `to`, each copy (source, target slot) appended to `copies`.
+  absl::Status copy_stream(const Stream& from, Sequence& seq, Stream& to,
+                           std::vector<SlotCopy>& copies) {
     SequenceAccount account(seq, to);
     const int32_t slots = shape_.page_slots;
     for (int32_t page : from.pages.pages) {
@@ -324,6 +331,7 @@ class PagedKvCache final : public KvCache {
         if (v.pos[s] < 0) continue;
         absl::StatusOr<int32_t> gslot = table_->clone_slot(to.pages, page * slots + s);
         if (!gslot.ok()) return gslot.status();
+        copies.push_back({page * slots + s, *gslot});
         seq.rule->track(*table_, to, *gslot);
       }
     }
@@ -374,6 +382,7 @@ class PagedKvCache final : public KvCache {
 
   const CacheShape shape_;
   std::unique_ptr<PageTable> table_;
+  DevicePool* device_ = nullptr;  // where the keys live without host storage
   mutable std::shared_mutex mu_;  // guards sequences_ (the map, not the sequences' streams)
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;
   SeqId next_id_ = 1;

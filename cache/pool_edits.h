@@ -22,4 +22,10 @@ struct SlotMove {
   int32_t to;
 };
 
+// A fork copied a key into its own slot (slot indices as in KeyWrite); the source stays live.
+struct SlotCopy {
+  int32_t from;
+  int32_t to;
+};
+
 }  // namespace fpa::cache

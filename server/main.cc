@@ -119,14 +119,6 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
 
 int serve(const ServeOptions& o) {
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
-  // TODO(issue 23): PageTable::copy_slot copies nothing to the device and emits no device edit,
-  // so a fork on the CUDA backend would read another stream's keys; until every slot edit goes
-  // through one interface the CUDA pool implements, the prefix cache is CPU-only.
-  if (use_cuda && o.prefix_cache > 0) {
-    std::cerr << "fpa-serve: --prefix-cache is not supported on the CUDA backend yet (run with "
-                 "--backend cpu, or without --prefix-cache)\n";
-    return 1;
-  }
   // bf16 weights on the CPU read a BF16 file's projections as stored: no float32 copy.
   const LoadOptions load{.keep_bf16 = !use_cuda && o.cpu_weights == "bf16"};
   absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model, load);

@@ -420,6 +420,27 @@ __global__ void move_slots_kernel(PoolView pool, const SlotMove* moves, int n) {
   }
 }
 
+// A fork's copies land in pages of its own, never a source: one block a copy, in any order.
+template <typename T>
+__global__ void copy_slots_kernel(PoolView pool, const SlotCopy* copies) {
+  const SlotCopy c = copies[blockIdx.x];
+  const T* k = static_cast<const T*>(pool.k);
+  const T* v = static_cast<const T*>(pool.v);
+  T* kd = static_cast<T*>(pool.k);
+  T* vd = static_cast<T*>(pool.v);
+  const size_t from = static_cast<size_t>(c.from) * pool.head_dim;
+  const size_t to = static_cast<size_t>(c.to) * pool.head_dim;
+  for (int d = threadIdx.x; d < pool.head_dim; d += blockDim.x) {
+    kd[to + d] = k[from + d];
+    vd[to + d] = v[from + d];
+  }
+  if (threadIdx.x == 0) {
+    pool.lvl[c.to] = pool.lvl[c.from];
+    pool.m[c.to] = pool.m[c.from];
+    pool.pos[c.to] = pool.pos[c.from];
+  }
+}
+
 template <typename T>
 absl::Status launch_pool_update_typed(const PoolView& pool, const int32_t* reset_pages,
                                       int n_resets, const KeyWrite* writes, int n_writes,
@@ -494,6 +515,22 @@ absl::Status launch_pool_update(const PoolView& pool, const int32_t* reset_pages
                                                        n_heads, stream)
              : launch_pool_update_typed<float>(pool, reset_pages, n_resets, writes, n_writes, moves,
                                                n_moves, qkv, qkv_stride, n_heads, stream);
+}
+
+absl::Status launch_slot_copies(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                                const SlotCopy* copies, int n_copies, cudaStream_t stream) {
+  if (n_resets > 0) {
+    const int n = n_resets * pool.page_slots;
+    reset_pages_kernel<<<(n + 255) / 256, 256, 0, stream>>>(pool, reset_pages, n_resets);
+    FPA_RETURN_IF_ERROR(launched("reset_pages_kernel", stream));
+  }
+  if (n_copies == 0) return absl::OkStatus();
+  if (pool.type == KvType::kBf16) {
+    copy_slots_kernel<__nv_bfloat16><<<n_copies, 64, 0, stream>>>(pool, copies);
+  } else {
+    copy_slots_kernel<float><<<n_copies, 64, 0, stream>>>(pool, copies);
+  }
+  return launched("copy_slots_kernel", stream);
 }
 
 absl::Status launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages,

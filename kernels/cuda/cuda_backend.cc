@@ -13,6 +13,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "cache/device_pool.h"
 #include "cache/layer_update.h"
 #include "kernels/cuda/decode_step.h"
 #include "kernels/cuda/device_kernels.h"
@@ -62,7 +63,7 @@ struct Scratch {
   DeviceBuffer h, x, qkv, fl, attn, gate_up, act;
   DeviceBuffer phi, lvl, cmin, smin, phi_prev, thr;
   DeviceBuffer page_ids, page_off, page_cnt, partial, retired, tc_tiles;
-  DeviceBuffer resets, writes, moves;
+  DeviceBuffer resets, writes, moves, copies;
   DeviceBuffer x_out, logits;
   PinnedBuffer field_host;  // phi | lvl (floats), then the retired counts (int32)
 };
@@ -86,13 +87,15 @@ struct LayerIo {
   int n_tc_tiles = 0;
 };
 
-class CudaBackendImpl final : public CudaBackend {
+// Also the cache's device (cache::DevicePool): a fork's copies reach the pool it mirrors.
+class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
  public:
   CudaBackendImpl(const Model& model, cache::KvCache& cache, const CudaOptions& options)
       : model_(model), cache_(cache), options_(options) {
     for (const auto& layer : model.layers()) betas_.emplace_back(layer.beta);
   }
   ~CudaBackendImpl() override {
+    cache_.attach_device(nullptr);
     if (field_ready_) cudaEventDestroy(field_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -108,6 +111,8 @@ class CudaBackendImpl final : public CudaBackend {
                                                       int head) override;
   absl::Status append_synthetic_keys(cache::SeqId seq, int32_t start_pos, int n_tokens,
                                      float phi_step, int keep_last) override;
+  absl::Status copy_slots(std::span<const int32_t> reset_pages,
+                          std::span<const cache::SlotCopy> copies) override;
 
  private:
   int attn_width() const { return cfg().n_heads * cfg().head_dim; }
@@ -177,7 +182,22 @@ absl::Status CudaBackendImpl::init() {
   // Every slot starts free (all bytes 0xff: pos -1).
   FPA_RETURN_IF_ERROR(
       cuda_status(cudaMemsetAsync(pool_.pos, 0xff, slots * 4, stream_), "pool init"));
-  return cuda_status(cudaStreamSynchronize(stream_), "pool init");
+  FPA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "pool init"));
+  cache_.attach_device(this);
+  return absl::OkStatus();
+}
+
+// On the backend's stream, so the next step reads the copies; waited for, since a fork is rare
+// and the scratch it uploads through is the steps' own.
+absl::Status CudaBackendImpl::copy_slots(std::span<const int32_t> reset_pages,
+                                         std::span<const cache::SlotCopy> copies) {
+  std::lock_guard lock(mu_);
+  FPA_RETURN_IF_ERROR(upload(s_.resets, reset_pages.data(), reset_pages.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.copies, copies.data(), copies.size(), stream_));
+  FPA_RETURN_IF_ERROR(cuda::launch_slot_copies(
+      pool_, s_.resets.as<int32_t>(), static_cast<int>(reset_pages.size()),
+      s_.copies.as<cuda::SlotCopy>(), static_cast<int>(copies.size()), stream_));
+  return cuda_status(cudaStreamSynchronize(stream_), "fork copies");
 }
 
 // Scratch for the step's rows; `layer_blocks` copies of the per-layer rows (qkv and the field),

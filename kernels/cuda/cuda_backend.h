@@ -2,7 +2,9 @@
 //
 // The host KvCache keeps the bookkeeping (which slot of which page holds which key, who dies
 // when); the backend mirrors the slot contents in one device allocation made at start-up, indexed
-// by the same page ids and slots. The cache passed in must be created with host_storage=false.
+// by the same page ids and slots. The cache passed in must be created with host_storage=false;
+// the backend attaches itself to it as its cache::DevicePool, so that a fork (the prefix cache)
+// copies its keys on the device.
 //
 // Eviction is decided on the host, in step order, with the cache's own rule (lvl - phi >= tau/beta
 // in float32), from phi values copied back (once per step for a decode step, once per layer for a

@@ -68,6 +68,10 @@ absl::Status launch_pool_update(const PoolView& pool, const int32_t* reset_pages
                                 const KeyWrite* writes, int n_writes, const SlotMove* moves,
                                 int n_moves, const float* qkv, int qkv_stride, int n_heads,
                                 cudaStream_t stream);
+// A fork's copies (cache::DevicePool::copy_slots): resets the pages, then copies each slot's k,
+// v, lvl, m and pos; the sources stay live.
+absl::Status launch_slot_copies(const PoolView& pool, const int32_t* reset_pages, int n_resets,
+                                const SlotCopy* copies, int n_copies, cudaStream_t stream);
 // out[i * page_slots + s] = pos of slot s of pages[i] (tests read the live sets back).
 absl::Status launch_gather_pos(const PoolView& pool, const int32_t* pages, int n_pages,
                                int32_t* out, cudaStream_t stream);

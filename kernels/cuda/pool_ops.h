@@ -6,6 +6,7 @@
 namespace fpa::cuda {
 
 using cache::KeyWrite;
+using cache::SlotCopy;
 using cache::SlotMove;
 
 }  // namespace fpa::cuda

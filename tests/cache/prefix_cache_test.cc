@@ -92,9 +92,10 @@ TEST(Fork, NeedsRoomAndChangesNothingWithout) {
   EXPECT_EQ(cache->fork(12345).status().code(), absl::StatusCode::kNotFound);
 }
 
-// Forking a device pool copies nothing on the device (no slot-edit sink reaches it yet): refused,
-// not a sequence whose device pages hold another stream's keys.
-TEST(Fork, RefusedWhenTheKeysLiveOnTheDevice) {
+// Forking a device pool with no device attached (cache::DevicePool) could copy nothing there:
+// refused, not a sequence whose device pages hold another stream's keys. The copy through an
+// attached device: tests/gpu/decode_step_test.cc (emulated) and parity_test.cc (on a device).
+TEST(Fork, RefusedWhenTheKeysLiveOnTheDeviceAndNoDeviceIsAttached) {
   auto cache = KvCache::create(kShape, 64, /*host_storage=*/false);
   ASSERT_TRUE(cache.ok()) << cache.status();
   const SeqId a = *(*cache)->add_sequence(policy(Policy::kNone));

@@ -182,6 +182,37 @@ TEST_F(DecodeStepTest, DeferredUpdateEqualsThePerLayerOrderAndTheReference) {
   EXPECT_GT(cache_->stats().evicted_slots, 0);
 }
 
+// A fork of a device pool (the prefix cache's snapshot and hit) copies its keys on the device:
+// refused while no device is attached; attached, the copy holds its source's keys there and goes
+// on exactly as its source does (check() compares every sequence's device keys with the
+// reference each step). Its pages come from a released sequence whose keys the device still
+// holds, so the fork must clear them first.
+TEST_F(DecodeStepTest, AForkReachesTheDeviceAndGoesOnAsItsSource) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 2; ++i) add_seq(120, rng);
+  for (int t = 0; t < 50 && !HasFailure(); ++t) step();
+  ASSERT_GT(cache_->stats().evicted_slots, 0);
+  cache_->release(seqs_[0].id);
+  seqs_.erase(seqs_.begin());
+  const cache::SeqId source = seqs_[0].id;
+  EXPECT_EQ(cache_->fork(source).status().code(), absl::StatusCode::kFailedPrecondition);
+  cache_->attach_device(&deferred_);
+  const absl::StatusOr<cache::SeqId> fork = cache_->fork(source);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kHeads; ++h) {
+      const std::set<int32_t> want = deferred_.live(cache_->pages(source, l, h));
+      EXPECT_FALSE(want.empty());
+      EXPECT_EQ(deferred_.live(cache_->pages(*fork, l, h)), want) << "layer " << l << " head " << h;
+    }
+  }
+  Seq copy = seqs_[0];
+  copy.id = *fork;
+  seqs_.push_back(std::move(copy));
+  for (int t = 50; t < 120 && !HasFailure(); ++t) step();
+  cache_->attach_device(nullptr);
+}
+
 TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
   std::mt19937 rng(9);
   add_seq(8, rng);

@@ -275,6 +275,35 @@ TEST_P(CudaParityTest, MatchesTheCpuBackend) {
   }
 }
 
+// A fork on the device (the prefix cache's snapshot and hit: cache::DevicePool, which the backend
+// attaches itself as) holds its source's keys there, and decoding on gives the source's logits
+// and live sets (up to the order the copy packed its keys in).
+TEST_P(CudaParityTest, AForkGoesOnAsItsSource) {
+  make_cuda(false);
+  const cache::SeqId a = start(*cache_, cache::Policy::kFpa);
+  std::vector<float> la(V()), lb(V());
+  const int half = T() / 2;
+  for (int i = 0; i < half; ++i) {
+    const ForwardItem item{a, std::span(tokens_).subspan(i, 1), i};
+    ASSERT_TRUE(cuda_->forward({&item, 1}, la).ok());
+  }
+  const absl::StatusOr<cache::SeqId> b = cache_->fork(a);
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int i = half; i < T(); ++i) {
+    const ForwardItem ia{a, std::span(tokens_).subspan(i, 1), i};
+    const ForwardItem ib{*b, std::span(tokens_).subspan(i, 1), i};
+    ASSERT_TRUE(cuda_->forward({&ia, 1}, la).ok());
+    ASSERT_TRUE(cuda_->forward({&ib, 1}, lb).ok());
+    EXPECT_LE(rel_error(lb, la), kF32Tolerance) << "step " << i;
+    for (int l = 0; l < cfg().n_layers; ++l) {
+      for (int h = 0; h < cfg().n_heads; ++h) {
+        EXPECT_EQ(*cuda_->live_positions(*b, l, h), *cuda_->live_positions(a, l, h))
+            << "step " << i << " layer " << l << " head " << h;
+      }
+    }
+  }
+}
+
 // Three sequences in one batch (a prompt in chunks beside two decoding ones) give what each gives
 // alone.
 TEST_P(CudaParityTest, BatchedEqualsSolo) {

@@ -24,15 +24,24 @@ int PoolMirror::attend(std::span<const int32_t> pre_step_pages, int32_t pos0, fl
   return retired;
 }
 
+void PoolMirror::reset(int32_t page) {
+  for (int s = 0; s < page_slots_; ++s) slots_[static_cast<size_t>(page) * page_slots_ + s] = {};
+}
+
 void PoolMirror::apply(const cache::LayerChanges& update) {
-  for (int32_t page : update.reset_pages) {
-    for (int s = 0; s < page_slots_; ++s) slots_[static_cast<size_t>(page) * page_slots_ + s] = {};
-  }
+  for (int32_t page : update.reset_pages) reset(page);
   for (const cache::KeyWrite& w : update.writes) slots_[w.slot_index] = {w.pos, w.lvl, w.m};
   for (const cache::SlotMove& mv : update.moves) {
     slots_[mv.to] = slots_[mv.from];
     slots_[mv.from].pos = -1;
   }
+}
+
+absl::Status PoolMirror::copy_slots(std::span<const int32_t> reset_pages,
+                                    std::span<const cache::SlotCopy> copies) {
+  for (int32_t page : reset_pages) reset(page);
+  for (const cache::SlotCopy& c : copies) slots_[c.to] = slots_[c.from];
+  return absl::OkStatus();
 }
 
 std::set<int32_t> PoolMirror::live(std::span<const int32_t> pages) const {

@@ -8,11 +8,12 @@
 #include <span>
 #include <vector>
 
+#include "cache/device_pool.h"
 #include "kernels/cuda/step_plan.h"
 
 namespace fpa::cuda {
 
-class PoolMirror {
+class PoolMirror final : public cache::DevicePool {
  public:
   PoolMirror(int64_t pages, int page_slots);
 
@@ -22,9 +23,13 @@ class PoolMirror {
   int attend(std::span<const int32_t> pre_step_pages, int32_t pos0, float chunk_min, float thr);
   // launch_pool_update.
   void apply(const cache::LayerChanges& update);
+  // CudaBackend::copy_slots: what a fork sends the device.
+  absl::Status copy_slots(std::span<const int32_t> reset_pages,
+                          std::span<const cache::SlotCopy> copies) override;
   std::set<int32_t> live(std::span<const int32_t> pages) const;
 
  private:
+  void reset(int32_t page);
   struct Slot {
     int32_t pos = -1;
     float lvl = 0.0f;

@@ -1,11 +1,9 @@
 """The compressed prefix cache through gRPC and /metrics: a conversation's next turn starts from
 the cached state of the last one, gives the tokens of a cold run, and the hits show in usage,
 in the fpa_prefix_cache_* series and in vLLM's prefix-cache counters."""
-import subprocess
 import time
 
 from conftest import solo_generate
-from daemon import SERVE_BIN, TEST_MODEL
 
 
 def test_next_turn_hits_and_equals_a_cold_run(make_server):
@@ -82,12 +80,3 @@ def test_http_usage_reports_cached_tokens(make_server):
     u = usage(turn + list(r.token_ids) + s.client.tokenize(" And then?")[1:])
     assert u["prompt_tokens_details"] == {"cached_tokens": len(turn) + len(r.token_ids) - 1}
     assert u["preemptions"] == 0 and u["recomputed_tokens"] == 0
-
-
-def test_refused_on_the_cuda_backend():
-    """A fork on the CUDA backend copies nothing to the device yet: refused at startup, before
-    the model loads, with the flag named."""
-    out = subprocess.run([SERVE_BIN, "--model", TEST_MODEL, "--backend", "cuda",
-                          "--prefix-cache", "0.5"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1
-    assert "--prefix-cache is not supported on the CUDA backend" in out.stderr
