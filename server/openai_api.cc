@@ -132,10 +132,8 @@ void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
 absl::StatusOr<std::vector<std::shared_ptr<Request>>> OpenAiApi::choices_of(
     const CompletionRequest& req) {
   std::vector<std::shared_ptr<Request>> out;
-  for (const v1::GenerateRequest& prompt : req.prompts) {
-    v1::GenerateRequest one = req.generate;
-    one.MergeFrom(prompt);
-    absl::StatusOr<GenerationParams> params = to_params(one, info_.limits);
+  for (size_t i = 0; i < req.prompts.size(); ++i) {
+    absl::StatusOr<GenerationParams> params = to_params(req.for_prompt(i), info_.limits);
     if (!params.ok()) return params.status();
     for (int j = 0; j < req.n; ++j) {
       auto request = std::make_shared<Request>();

@@ -234,6 +234,12 @@ absl::string_view type_of(int http_status) {
 
 }  // namespace
 
+v1::GenerateRequest CompletionRequest::for_prompt(size_t i) const {
+  v1::GenerateRequest one = generate;
+  one.MergeFrom(prompts[i]);
+  return one;
+}
+
 absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
   CompletionRequest r;

@@ -26,6 +26,8 @@ struct CompletionRequest {
   v1::GenerateRequest generate;  // everything but the prompt
   // One text or token-id prompt each, in order; each is served as `n` choices.
   std::vector<v1::GenerateRequest> prompts;
+  // What prompts[i]'s choices ask for: `generate` with that prompt, for to_params.
+  v1::GenerateRequest for_prompt(size_t i) const;
   int n = 1;
   std::optional<std::string> model;
   bool stream = false;
