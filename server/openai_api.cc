@@ -107,6 +107,27 @@ void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
   exchange.reply(200, kJson, json_text(*answer));
 }
 
+// One scheduler request per choice: each prompt validated, then n samples of it. A seeded
+// request's choice j samples with seed + j (as vLLM's), an unseeded one's with fresh seeds.
+// TODO(issue 24): the n samples each prefill the prompt (shared only through the prefix cache,
+// when on); forking one prefilled sequence in the KV cache would save n - 1 prefills.
+absl::StatusOr<std::vector<std::shared_ptr<Request>>> OpenAiApi::choices_of(
+    const CompletionRequest& req) {
+  std::vector<std::shared_ptr<Request>> out;
+  for (size_t i = 0; i < req.prompts.size(); ++i) {
+    absl::StatusOr<GenerationParams> params = to_params(req.for_prompt(i), info_.limits);
+    if (!params.ok()) return params.status();
+    for (int j = 0; j < req.n; ++j) {
+      auto request = std::make_shared<Request>();
+      request->params = *params;
+      request->params.sampling.seed =
+          req.generate.has_seed() ? req.generate.seed() + j : next_seed_++;
+      out.push_back(std::move(request));
+    }
+  }
+  return out;
+}
+
 void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat) {
   auto refuse = [&](const absl::Status& st) {
     metrics_.count_request(static_cast<int>(st.code()));
@@ -123,11 +144,9 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
     e.param = "model";
     return reply_error(*exchange, e);
   }
-  absl::StatusOr<GenerationParams> params = to_params(req->generate, info_.limits);
-  if (!params.ok()) return refuse(params.status());
-  if (!req->generate.has_seed()) params->sampling.seed = next_seed_++;
-  auto request = std::make_shared<Request>();
-  request->params = std::move(*params);
+  absl::StatusOr<std::vector<std::shared_ptr<Request>>> requests = choices_of(*req);
+  if (!requests.ok()) return refuse(requests.status());
+  const GenerationParams& params = requests->front()->params;
   CompletionMeta meta{
       absl::StrCat(chat ? "chatcmpl-" : "cmpl-",
                    absl::StrFormat("%08x%08x", id_prefix_ & 0xffffffff, next_id_++)),
@@ -139,12 +158,13 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
       req->generate.top_logprobs(),
       req->echo,
       chat,
-      request->params.stop,
+      params.stop,
       req->include_stop,
-      request->params.stop_token_ids,
-      info_.limits.tokenizer};
+      params.stop_token_ids,
+      info_.limits.tokenizer,
+      req->n};
   std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
-      ->start(scheduler_, std::move(request));
+      ->start(scheduler_, std::move(*requests));
 }
 
 }  // namespace fpa::server

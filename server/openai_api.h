@@ -12,6 +12,7 @@
 #include "prometheus/collectable.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_request.h"
 #include "server/scheduler.h"
 #include "server/validate.h"
 
@@ -43,6 +44,7 @@ class OpenAiApi {
   // POST /v1/completions, or /v1/chat/completions (`chat`) through the chat template.
   void completions(std::shared_ptr<http::Exchange> exchange, bool chat);
   void models(http::Exchange& exchange) const;
+  absl::StatusOr<std::vector<std::shared_ptr<Request>>> choices_of(const CompletionRequest& req);
 
   Scheduler& scheduler_;
   ServerMetrics& metrics_;

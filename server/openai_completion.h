@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,41 +33,48 @@ struct CompletionMeta {
   bool include_stop = false;      // ... unless include_stop_str_in_output
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
+  int n = 1;                             // choices per prompt
 };
 
 // An OpenAI-style error response (429s with Retry-After).
 void reply_error(http::Exchange& exchange, const ApiError& e);
 
-class CompletionCall final : public RequestSink,
-                             public std::enable_shared_from_this<CompletionCall> {
+// One completion request in flight: one scheduler request per choice (prompts x n), answered
+// together, or streamed as each choice's tokens come (chunks carry the choice's index).
+class CompletionCall final : public std::enable_shared_from_this<CompletionCall> {
  public:
   CompletionCall(std::shared_ptr<http::Exchange> exchange, CompletionMeta meta,
                  ServerMetrics& metrics);
+  ~CompletionCall();
 
-  // Queues `request` with this call as its sink; answers the error itself when that fails.
-  // Call on the HTTP I/O thread, inside the handler (a hang-up then cancels the request).
-  void start(Scheduler& scheduler, std::shared_ptr<Request> request);
-
-  void on_tokens(TokenChunk chunk) override;
-  void on_finish(Completion done) override;
+  // Queues `requests` (choice i = requests[i]); answers the error itself when that fails, after
+  // cancelling those already queued. Call on the HTTP I/O thread, inside the handler (a hang-up
+  // then cancels them all).
+  void start(Scheduler& scheduler, std::vector<std::shared_ptr<Request>> requests);
 
  private:
+  class Choice;
+
+  void on_tokens(Choice& c, TokenChunk chunk);
+  void on_finish(Choice& c, Completion done);
+  void answer();  // every choice finished
   nlohmann::json envelope(nlohmann::json choices) const;
-  nlohmann::json choice(const TokenChunk& tokens, const char* finish_reason);
-  std::string trim(const TokenChunk& chunk);
+  nlohmann::json choice(Choice& c, const TokenChunk& tokens, const char* finish_reason);
+  std::string trim(Choice& c, const TokenChunk& chunk);
   void send_event(const nlohmann::json& event);
-  void fail(const absl::Status& status);
+  void cancel_all();
 
   std::shared_ptr<http::Exchange> exchange_;
   const CompletionMeta meta_;
   ServerMetrics& metrics_;
-  std::shared_ptr<CompletionCall> self_;  // alive from start() until on_finish
-  // The scheduler thread's (after start): what a whole response gathers, and the stream state.
-  StopTrimmer trimmer_;
-  TokenChunk gathered_;  // a whole response's tokens and text
+  std::shared_ptr<CompletionCall> self_;  // alive from start() until the last choice finishes
+  // The scheduler thread calls the choices while start() may still be queueing on the I/O thread.
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  size_t pending_ = 0;  // queued choices not yet finished
+  absl::Status error_;  // the first failure: it answers the whole request
+  Usage usage_;         // summed over the choices (prompt tokens once per prompt)
   bool streaming_ = false;
-  bool role_sent_ = false;
-  int64_t text_offset_ = 0;  // bytes of text before the next token, for logprobs.text_offset
 };
 
 }  // namespace fpa::server

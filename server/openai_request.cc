@@ -51,20 +51,42 @@ Setter neutral_only(absl::string_view name, json neutral, absl::string_view why)
   };
 }
 
-absl::Status set_prompt(const json& v, CompletionRequest& r) {
+// One prompt: a string or an array of token ids.
+absl::Status add_prompt(const json& v, CompletionRequest& r) {
+  v1::GenerateRequest& p = r.prompts.emplace_back();
   if (v.is_string()) {
-    r.generate.set_text(v.get<std::string>());
+    p.set_text(v.get<std::string>());
     return absl::OkStatus();
   }
-  if (!v.is_array()) return bad("prompt", "must be a string or an array of token ids");
-  if (v.size() == 1 && (v[0].is_string() || v[0].is_array())) return set_prompt(v[0], r);
-  auto* ids = r.generate.mutable_tokens()->mutable_ids();
+  auto* ids = p.mutable_tokens()->mutable_ids();
   for (const json& id : v) {
-    if (!is_int32(id)) {
-      return bad("prompt", "must be a string or an array of token ids (one prompt per request)");
-    }
+    if (!is_int32(id)) return bad("prompt", "must be a string or an array of token ids");
     ids->Add(id.get<int32_t>());
   }
+  return absl::OkStatus();
+}
+
+// A prompt, or an array of prompts (strings, or arrays of token ids), as OpenAI's.
+absl::Status set_prompt(const json& v, CompletionRequest& r) {
+  if (!v.is_string() && !v.is_array()) {
+    return bad("prompt", "must be a string, an array of token ids, or an array of those");
+  }
+  const bool batch = v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array());
+  if (!batch) return add_prompt(v, r);
+  for (const json& one : v) {
+    if (!one.is_string() && !one.is_array()) {
+      return bad("prompt", "a batch must hold only strings or only arrays of token ids");
+    }
+    if (absl::Status st = add_prompt(one, r); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status set_n(const json& v, CompletionRequest& r) {
+  if (!is_int32(v) || v.get<int32_t>() < 1 || v.get<int32_t>() > kMaxChoicesPerPrompt) {
+    return bad("n", absl::StrCat("must be an integer in [1, ", kMaxChoicesPerPrompt, "]"));
+  }
+  r.n = v.get<int32_t>();
   return absl::OkStatus();
 }
 
@@ -183,7 +205,7 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
        int32_field("snapkv_window", [](G& g, int32_t x) { g.set_snapkv_window(x); })},
       {"snapkv_pool", int32_field("snapkv_pool", [](G& g, int32_t x) { g.set_snapkv_pool(x); })},
       {"user", text_field("user", [](auto&, std::string) {})},  // for the client's own accounting
-      {"n", neutral_only("n", 1, "only 1 completion per request")},
+      {"n", set_n},
       {"best_of", neutral_only("best_of", 1, "only 1")},
       {"echo", bool_field("echo", [](auto& r, bool b) { r.echo = b; })},
       {"presence_penalty",
@@ -214,6 +236,12 @@ absl::string_view type_of(int http_status) {
 
 }  // namespace
 
+v1::GenerateRequest CompletionRequest::for_prompt(size_t i) const {
+  v1::GenerateRequest one = generate;
+  one.MergeFrom(prompts[i]);
+  return one;
+}
+
 absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
   CompletionRequest r;
@@ -231,7 +259,11 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
     }
     if (absl::Status st = (*set)(value, r); !st.ok()) return st;
   }
-  if (!body.contains("prompt")) return bad("prompt", "is required");
+  if (r.prompts.empty()) return bad("prompt", "is required");
+  if (r.prompts.size() * static_cast<size_t>(r.n) > kMaxChoices) {
+    return bad("prompt", absl::StrCat(r.prompts.size(), " prompts x n = ", r.n,
+                                      " choices, more than ", kMaxChoices));
+  }
   // The echoed prompt comes from the scheduler with its scores (lm-evaluation-harness's
   // loglikelihood reads them), and then max_tokens may be 0.
   r.generate.set_prompt_logprobs(r.echo);

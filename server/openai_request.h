@@ -20,8 +20,16 @@ namespace fpa::server {
 inline constexpr int kOpenAiDefaultMaxTokens = 16;
 inline constexpr float kOpenAiDefaultTemperature = 1.0f;
 
+inline constexpr int kMaxChoicesPerPrompt = 128;  // n
+inline constexpr size_t kMaxChoices = 1024;       // prompts x n
+
 struct CompletionRequest {
-  v1::GenerateRequest generate;
+  v1::GenerateRequest generate;  // everything but the prompt
+  // One text or token-id prompt each, in order; each is served as `n` choices.
+  std::vector<v1::GenerateRequest> prompts;
+  // What prompts[i]'s choices ask for: `generate` with that prompt, for to_params.
+  v1::GenerateRequest for_prompt(size_t i) const;
+  int n = 1;
   std::optional<std::string> model;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage

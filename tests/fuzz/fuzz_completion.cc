@@ -30,11 +30,16 @@ void check_body(std::string_view body, bool chat) {
     return fpa::make_byte_tokenizer(config);
   }();
   const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
-  absl::StatusOr<fpa::server::GenerationParams> p = fpa::server::to_params(req->generate, limits);
-  if (!p.ok()) return check_error(p.status());
-  if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
-      p->max_new_tokens < 1 || p->max_new_tokens > limits.max_new_tokens) {
-    std::abort();
+  for (size_t i = 0; i < req->prompts.size(); ++i) {
+    absl::StatusOr<fpa::server::GenerationParams> p =
+        fpa::server::to_params(req->for_prompt(i), limits);
+    if (!p.ok()) return check_error(p.status());
+    // Only a scored prompt (echo) may ask for no new token.
+    const int least = p->prompt_logprobs ? 0 : 1;
+    if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
+        p->max_new_tokens < least || p->max_new_tokens > limits.max_new_tokens) {
+      std::abort();
+    }
   }
 }
 

@@ -26,12 +26,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p.status().message().size() > 400) std::abort();  // echoed values are cut
     return 0;
   }
+  // Only a scored prompt (prompt_logprobs) may ask for no new token.
+  const int least = p->prompt_logprobs ? 0 : 1;
   if (p->prompt.empty() || static_cast<int>(p->prompt.size()) > limits.max_prompt_tokens ||
-      p->max_new_tokens < 1 || p->max_new_tokens > limits.max_new_tokens) {
+      p->max_new_tokens < least || p->max_new_tokens > limits.max_new_tokens) {
     std::abort();
   }
   for (int32_t id : p->prompt) {
     if (id < 0 || id >= limits.vocab_size) std::abort();
+  }
+  // The sampler's inputs are in the ranges it assumes.
+  const fpa::LogitRules& rules = p->sampling.rules;
+  if (!(rules.repetition_penalty > 0) || p->sampling.top_logprobs < 0 ||
+      p->sampling.top_logprobs > 20 || rules.min_tokens > p->max_new_tokens) {
+    std::abort();
+  }
+  for (const auto& [id, bias] : rules.logit_bias) {
+    if (id < 0 || id >= limits.vocab_size || !(bias >= -100 && bias <= 100)) std::abort();
   }
   // Validation lives in one place: the cache must never refuse what the service accepted.
   if (!fpa::cache::validate_policy(p->policy).ok()) std::abort();

@@ -286,6 +286,49 @@ test("echo with logprobs: the prompt's log-probabilities equal a decoding pass",
   assert.ok(text.startsWith(prompt) && text.length > prompt.length, text);
 });
 
+test("n samples of each prompt: seeded runs reproducible, choices indexed as OpenAI's", async () => {
+  const body = { model: MODEL_NAME, prompt: "The sky is", max_tokens: 8, temperature: 1, seed: 7 };
+  const three = await client.completions.create({ ...body, n: 3 });
+  assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+  const again = await client.completions.create({ ...body, n: 3 });
+  assert.deepEqual(again.choices.map((c) => c.text), three.choices.map((c) => c.text));
+  assert.ok(new Set(three.choices.map((c) => c.text)).size > 1, "three equal samples");
+  // Choice j samples as a single request seeded seed + j (as vLLM's).
+  const third = await client.completions.create({ ...body, seed: 9 });
+  assert.equal(third.choices[0].text, three.choices[2].text);
+  assert.equal(three.usage.completion_tokens, 24);
+  assert.equal(three.usage.prompt_tokens, third.usage.prompt_tokens);  // the prompt counts once
+
+  // Several prompts: n choices each, prompt after prompt; each as its own request would be.
+  const prompts = ["The grass is", "The sun is"];
+  const batch = await client.completions.create({
+    model: MODEL_NAME, prompt: prompts, n: 2, max_tokens: 6, temperature: 0,
+  });
+  assert.deepEqual(batch.choices.map((c) => c.index), [0, 1, 2, 3]);
+  let promptTokens = 0;
+  for (const [i, prompt] of prompts.entries()) {
+    const one = await client.completions.create({
+      model: MODEL_NAME, prompt, max_tokens: 6, temperature: 0,
+    });
+    assert.equal(batch.choices[2 * i].text, one.choices[0].text);
+    assert.equal(batch.choices[2 * i + 1].text, one.choices[0].text);
+    promptTokens += one.usage.prompt_tokens;
+  }
+  assert.equal(batch.usage.prompt_tokens, promptTokens);
+
+  // Streamed: every chunk names its choice; each choice's text is the plain one's.
+  const stream = await client.completions.create({ ...body, n: 3, stream: true });
+  const texts = ["", "", ""], reasons = [];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) reasons.push(c.index);
+    }
+  }
+  assert.deepEqual(texts, three.choices.map((c) => c.text));
+  assert.deepEqual(reasons.sort(), [0, 1, 2]);
+});
+
 test("/tokenize and /detokenize answer as vLLM's", async () => {
   const post = async (path, body) => {
     const r = await fetch(`${shared.base}${path}`, {
@@ -336,7 +379,8 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ cache_budget_fraction: 1.5 }, "cache_budget_fraction"],
     [{ prompt: "" }, "prompt"],
     [{ prompt: [256, 999999] }, "prompt"],
-    [{ n: 2 }, "n"],
+    [{ n: 0 }, "n"],
+    [{ prompt: ["x", [1, "y"]] }, "prompt"],
     [{ logprobs: 21 }, "logprobs"],
     [{ repetition_penalty: 0 }, "repetition_penalty"],
     [{ presence_penalty: 2.5 }, "presence_penalty"],
