@@ -26,15 +26,12 @@ void check_size(size_t bytes) {
   if (bytes > kMaxStringBytes) fail("a string or list grows past the size limit");
 }
 
-int64_t checked(bool overflow, int64_t result) {
-  if (overflow) fail("unsupported: integers beyond 64 bits");
-  return result;
-}
+[[noreturn]] void too_big() { fail("unsupported: integers beyond 64 bits"); }
 
 // Python's floor division and modulo on integers.
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) fail("integer division or modulo by zero");
-  if (a == INT64_MIN && b == -1) fail("unsupported: integers beyond 64 bits");
+  if (a == INT64_MIN && b == -1) too_big();
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -44,7 +41,7 @@ int64_t int_pow(int64_t base, int64_t exponent) {
   int64_t result = 1;
   for (int64_t i = 0; i < exponent; ++i) {
     if (result == 0 || (result == 1 && base == 1)) break;
-    result = checked(__builtin_mul_overflow(result, base, &result), result);
+    if (__builtin_mul_overflow(result, base, &result)) too_big();
   }
   return result;
 }
@@ -86,9 +83,12 @@ Value arithmetic(absl::string_view op, const Value& a, const Value& b) {
   if (is_int(x) && is_int(y) && op != "/") {
     const int64_t i = int_of(x), j = int_of(y);
     int64_t r = 0;
-    if (op == "+") return checked(__builtin_add_overflow(i, j, &r), r);
-    if (op == "-") return checked(__builtin_sub_overflow(i, j, &r), r);
-    if (op == "*") return checked(__builtin_mul_overflow(i, j, &r), r);
+    const bool overflow = op == "+"   ? __builtin_add_overflow(i, j, &r)
+                          : op == "-" ? __builtin_sub_overflow(i, j, &r)
+                          : op == "*" ? __builtin_mul_overflow(i, j, &r)
+                                      : false;
+    if (overflow) too_big();
+    if (op == "+" || op == "-" || op == "*") return r;
     if (op == "//") return floor_div(i, j);
     if (op == "%") return i - floor_div(i, j) * j;  // |floor_div(i, j) * j| <= |i|
     if (op == "**" && j >= 0) return int_pow(i, j);

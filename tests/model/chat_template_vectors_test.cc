@@ -5,7 +5,9 @@
 #include <ctime>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "model/jinja/template.h"
@@ -16,7 +18,32 @@ namespace {
 using nlohmann::ordered_json;
 
 // Cases this interpreter does not render, each failing with "unsupported: ...".
-const std::set<std::string> kKnownGaps = {};
+// TODO(issue 24): macros stored in lists and called with *args (AI21-Jamba).
+const std::set<std::string> kKnownGaps = {"ai21labs/AI21-Jamba-Large-1.6"};
+
+// Cases whose target is huggingface.js's rendering, not Python's: Hammer2.1 prints
+// `tools|string`, which in Python is the list's repr ([{'type': ...}]), as JSON.
+const std::set<std::string> kNotPython = {"MadeAgents/Hammer2.1"};
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// `ours` equals `target` but for one line, which in ours is a Python repr of a list of dicts.
+void expect_equal_but_repr_line(const std::string& ours, const std::string& target) {
+  const std::vector<std::string> a = lines(ours), b = lines(target);
+  ASSERT_EQ(a.size(), b.size());
+  int differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    ++differing;
+    EXPECT_TRUE(a[i].starts_with("[{'type': 'function'") && b[i].starts_with("[{\"type\"")) << a[i];
+  }
+  EXPECT_EQ(differing, 1);
+}
 
 ordered_json load_cases() {
   std::ifstream in(FPA_VECTORS_DIR "/chat_templates/hf_jinja_e2e.json");
@@ -53,10 +80,14 @@ TEST(ChatTemplateVectors, RendersEveryPublishedTemplateAsTransformersDoes) {
       ADD_FAILURE() << out.status();
       continue;
     }
+    if (kNotPython.contains(name)) {
+      expect_equal_but_repr_line(*out, c["target"].get<std::string>());
+      continue;
+    }
     EXPECT_EQ(*out, c["target"].get<std::string>());
     exact += *out == c["target"].get<std::string>();
   }
-  EXPECT_EQ(exact, static_cast<int>(cases.size() - kKnownGaps.size()));
+  EXPECT_EQ(exact, static_cast<int>(cases.size() - kKnownGaps.size() - kNotPython.size()));
 }
 
 }  // namespace
