@@ -1,0 +1,74 @@
+// Runs a parsed template: statements (interpreter.cc) and expressions (eval.cc) under Jinja's
+// scoping (a for loop's body, a macro and a block set get their own scope; if does not;
+// namespaces are shared) and the render's bounds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "model/jinja/ast.h"
+#include "model/jinja/value.h"
+
+namespace fpa::jinja {
+
+// Bounds one render, so that no template (nor fuzz input) runs away.
+struct Limits {
+  size_t max_output_bytes = 16 << 20;
+  // Statements run plus expressions evaluated plus loop iterations.
+  uint64_t max_steps = 20'000'000;
+  // Bytes of strings built by operators, filters and calls, all together.
+  uint64_t max_work_bytes = uint64_t{1} << 30;
+  // Nested macro calls (recursive macros recurse through this).
+  int max_call_depth = 64;
+};
+
+struct Scope {
+  std::shared_ptr<Scope> parent;
+  std::unordered_map<std::string, Value> vars;
+
+  // The innermost binding of name, or null.
+  const Value* find(const std::string& name) const;
+};
+
+class Interpreter {
+ public:
+  Interpreter(const Limits& limits, std::shared_ptr<Scope> globals)
+      : limits_(limits), globals_(std::move(globals)) {}
+
+  std::string render(const Body& body);
+  // The line of the statement or expression running when an error was raised.
+  int line() const { return line_; }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Flow run(const Body& body, const std::shared_ptr<Scope>& scope, std::string& out);
+  Flow run(const Node& node, const std::shared_ptr<Scope>& scope, std::string& out);
+  Flow run_for(const Node& node, const std::shared_ptr<Scope>& scope, std::string& out);
+  void run_set(const Node& node, const std::shared_ptr<Scope>& scope);
+  Value macro(const Node& node, const std::shared_ptr<Scope>& scope);
+  Value call_body(const Node& node, const std::weak_ptr<Scope>& defined, Args& args,
+                  const Params& params);
+  void append(std::string& out, std::string_view text);
+  void step(int line);
+  void charge(const Value& v);
+
+  // eval.cc
+  Value eval(const Expr& e, const std::shared_ptr<Scope>& scope);
+  // eval(e), without copying a variable's value when e names one (`messages[0]`).
+  const Value& eval_ref(const Expr& e, const std::shared_ptr<Scope>& scope, Value& holder);
+  Args eval_args(const Expr& e, const std::shared_ptr<Scope>& scope, size_t skip);
+  Value eval_collection(const Expr& e, const std::shared_ptr<Scope>& scope);
+  Value eval_call(const Expr& e, const std::shared_ptr<Scope>& scope);
+
+  const Limits limits_;
+  std::shared_ptr<Scope> globals_;
+  uint64_t steps_ = 0;
+  uint64_t work_bytes_ = 0;
+  int call_depth_ = 0;
+  int line_ = 0;
+};
+
+}  // namespace fpa::jinja
