@@ -47,9 +47,13 @@ class Backend {
 };
 
 // The CPU backend's projection weights: the model's float32, or bf16 copies made at start (half
-// the bytes a step reads; needs AVX512-BF16, else FailedPrecondition). The field's projections
-// stay float32 either way: the eviction decisions hang on them.
-enum class CpuWeights { kF32, kBf16 };
+// the bytes a step reads; needs AVX512-BF16, else FailedPrecondition), or int8 with per-row
+// scales (a quarter; needs AVX512-VNNI, kernels/cpu/int8_linear.h). The field's projections
+// stay float32 whatever the choice: the eviction decisions hang on them.
+enum class CpuWeights { kF32, kBf16, kInt8 };
+
+// "bf16" -> kBf16, "int8" -> kInt8, anything else kF32 (the flags' parsers check the names).
+CpuWeights cpu_weights_named(std::string_view name);
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, cache::KvCache& cache,
                                                           int threads,

@@ -61,6 +61,23 @@ absl::Status read_tokenizer(const json& j, const std::string& path, ModelConfig*
   return absl::OkStatus();
 }
 
+// "formats_within_bounds": {"weights": "int8", "kv": "bf16"}, either key optional.
+absl::Status read_formats(const JsonFields& f, ModelConfig* c) {
+  const json* v = f.find("formats_within_bounds");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return f.error("formats_within_bounds", "must be an object");
+  const JsonFields g(*v, f.path() + ": formats_within_bounds");
+  FPA_RETURN_IF_ERROR(g.string("weights", &c->compact_weights));
+  FPA_RETURN_IF_ERROR(g.string("kv", &c->compact_kv));
+  if (c->compact_weights != "f32" && c->compact_weights != "bf16" && c->compact_weights != "int8") {
+    return g.error("weights", "must be \"f32\", \"bf16\" or \"int8\"");
+  }
+  if (c->compact_kv != "f32" && c->compact_kv != "bf16") {
+    return g.error("kv", "must be \"f32\" or \"bf16\"");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status check_config_limits(const std::string& path, const ModelConfig& c) {
@@ -126,6 +143,7 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   }
   FPA_RETURN_IF_ERROR(check_config_limits(path, c));
   FPA_RETURN_IF_ERROR(read_tokenizer(j, path, &c));
+  FPA_RETURN_IF_ERROR(read_formats(f, &c));
   return c;
 }
 

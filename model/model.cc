@@ -38,8 +38,11 @@ class LoadedModel : public Model {
  private:
   absl::StatusOr<const float*> tensor(const std::string& name, std::vector<int64_t> shape);
   absl::Status matrix(const std::string& name, int rows, int cols, Matrix* out);
-  // A projection: kept as the file's BF16 bits when options_ say so and the file stores BF16.
+  // A projection: kept as the file's BF16 bits (I8 values and scales) when options_ say so and
+  // the file stores BF16 (I8); an I8 one not kept is widened to float32.
   absl::Status projection(const std::string& name, int rows, int cols, Matrix* out);
+  absl::Status int8_projection(const std::string& name, const TensorView& t, int rows, int cols,
+                               Matrix* out);
   absl::Status vector(const std::string& name, int n, std::span<const float>* out);
   absl::Status load_layer(int l, LayerWeights* w);
   absl::Status load_pro_options(const LayerNames& n, LayerWeights* w);
@@ -59,9 +62,12 @@ class LoadedModel : public Model {
 std::pair<Matrix, Matrix> split_rows(const Matrix& m) {
   const int rows = m.rows / 2;
   const size_t offset = static_cast<size_t>(rows) * m.cols;
-  Matrix top{m.data, rows, m.cols, m.bf16};
-  Matrix bottom{m.data ? m.data + offset : nullptr, rows, m.cols,
-                m.bf16 ? m.bf16 + offset : nullptr};
+  Matrix top = m, bottom = m;
+  top.rows = bottom.rows = rows;
+  if (m.data) bottom.data += offset;
+  if (m.bf16) bottom.bf16 += offset;
+  if (m.i8) bottom.i8 += offset;
+  if (m.scale) bottom.scale += rows;
   return {top, bottom};
 }
 
@@ -110,6 +116,7 @@ absl::Status LoadedModel::matrix(const std::string& name, int rows, int cols, Ma
 
 absl::Status LoadedModel::projection(const std::string& name, int rows, int cols, Matrix* out) {
   absl::StatusOr<TensorView> t = files_->get(name);
+  if (t.ok() && t->dtype == DType::kI8) return int8_projection(name, *t, rows, cols, out);
   const bool keep = options_.keep_bf16 && t.ok() && t->dtype == DType::kBF16 &&
                     t->shape == std::vector<int64_t>{rows, cols} &&
                     reinterpret_cast<uintptr_t>(t->bytes.data()) % alignof(uint16_t) == 0;
@@ -124,6 +131,28 @@ absl::Status LoadedModel::projection(const std::string& name, int rows, int cols
     }
   }
   *out = Matrix{nullptr, rows, cols, bits};
+  return absl::OkStatus();
+}
+
+// `name` as I8 [rows, cols] and `name`.scale as F32 [rows]: row r is the values times scale[r].
+absl::Status LoadedModel::int8_projection(const std::string& name, const TensorView& t, int rows,
+                                          int cols, Matrix* out) {
+  const std::string where = absl::StrCat(files_->path_of(name), ": tensor '", name, "': ");
+  if (t.shape != std::vector<int64_t>{rows, cols}) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "shape [", absl::StrJoin(t.shape, ", "),
+                                                   "], expected [", rows, ", ", cols, "]"));
+  }
+  absl::StatusOr<const float*> scale = tensor(name + ".scale", {rows});
+  if (!scale.ok()) return scale.status();
+  used_.insert(name);
+  const auto* q = reinterpret_cast<const int8_t*>(t.bytes.data());
+  if (options_.keep_int8) {
+    *out = Matrix{.rows = rows, .cols = cols, .i8 = q, .scale = *scale};
+    return absl::OkStatus();
+  }
+  std::vector<float>& wide = converted_.emplace_back(static_cast<size_t>(rows) * cols);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = q[i] * (*scale)[i / cols];
+  *out = Matrix{wide.data(), rows, cols};
   return absl::OkStatus();
 }
 
@@ -238,17 +267,22 @@ absl::Status LoadedModel::load(const std::string& dir, LoadOptions options) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-bool keeps_bf16(const Model& model) {
-  if (model.lm_head().data == nullptr) return true;
+// Whether some projection has its `member` pointer set (a format kept as the file stores it).
+template <class T>
+bool any_projection(const Model& model, T Matrix::*member) {
+  if (model.lm_head().*member != nullptr) return true;
   for (const LayerWeights& w : model.layers()) {
     for (const Matrix* m : projections(w)) {
-      if (m->data == nullptr) return true;
+      if (m->*member != nullptr) return true;
     }
   }
   return false;
 }
+
+}  // namespace
+
+bool keeps_bf16(const Model& model) { return any_projection(model, &Matrix::bf16); }
+bool keeps_int8(const Model& model) { return any_projection(model, &Matrix::i8); }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::load(const std::string& dir, LoadOptions options) {
   auto model = std::make_unique<LoadedModel>();

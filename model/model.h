@@ -50,17 +50,24 @@ struct ModelConfig {
   // head, a = sigmoid(shift x), k' the projection; k'_{-1} = 0. The backend carries each
   // sequence's last k' (v') row from one forward to the next.
   bool k_shift = false, v_shift = false;
+  // The most compact CPU weight and KV formats ("f32", "bf16", "int8"; "f32", "bf16") whose
+  // accuracy loss on this model was measured within issue 26's bounds (config.json
+  // "formats_within_bounds"; docs/model-format.md): what --cpu-weights / --kv-dtype auto may
+  // pick. float32 where nothing was measured.
+  std::string compact_weights = "f32", compact_kv = "f32";
   std::string raw_json;  // the whole config.json, for ModelInfo
 };
 
 // A row-major matrix [rows, cols] (PyTorch Linear layout [out, in]): float32, or, for a
-// projection the file stores as BF16 and the loader was asked to keep (LoadOptions), the file's
-// bf16 bits with no float32 copy (data null).
+// projection the file stores as BF16 (I8) and the loader was asked to keep (LoadOptions), the
+// file's bf16 bits (int8 values and per-row scales) with no float32 copy (data null).
 struct Matrix {
   const float* data = nullptr;
   int rows = 0;
   int cols = 0;
   const uint16_t* bf16 = nullptr;
+  const int8_t* i8 = nullptr;    // row r is i8[r * cols, ...) times scale[r]
+  const float* scale = nullptr;  // [rows]
 };
 
 struct LoadOptions {
@@ -68,6 +75,9 @@ struct LoadOptions {
   // from the file, for a backend that reads bf16 weights (the CPU backend with bf16 weights).
   // The embedding, norms and the field's projections are float32 whatever the file holds.
   bool keep_bf16 = false;
+  // The projections stored as I8 with per-row scales (docs/model-format.md) stay as stored, for
+  // the CPU backend with int8 weights; otherwise they are widened to float32 at load.
+  bool keep_int8 = false;
 };
 
 struct LayerWeights {
@@ -114,8 +124,9 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
-// Whether some projection was kept as the file's bf16 bits (LoadOptions::keep_bf16): only a
-// backend reading bf16 weights can run such a model.
+// Whether some projection was kept as the file's bf16 bits (LoadOptions::keep_bf16), or int8
+// values (keep_int8): only a backend reading that format can run such a model.
 bool keeps_bf16(const Model& model);
+bool keeps_int8(const Model& model);
 
 }  // namespace fpa

@@ -143,6 +143,7 @@ absl::StatusOr<DType> parse_dtype(const std::string& name) {
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
   if (name == "U8") return DType::kU8;
+  if (name == "I8") return DType::kI8;
   return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", name));
 }
 
@@ -157,6 +158,7 @@ size_t dtype_size(DType dtype) {
     case DType::kI64:
       return 8;
     case DType::kU8:
+    case DType::kI8:
       return 1;
   }
   return 0;
@@ -176,6 +178,8 @@ const char* dtype_name(DType dtype) {
       return "I64";
     case DType::kU8:
       return "U8";
+    case DType::kI8:
+      return "I8";
   }
   return "?";
 }

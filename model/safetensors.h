@@ -15,7 +15,7 @@
 
 namespace fpa {
 
-enum class DType { kF32, kF16, kBF16, kI32, kI64, kU8 };
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kU8, kI8 };
 
 // "F32" -> kF32 etc.; InvalidArgument for dtypes this project does not use.
 absl::StatusOr<DType> parse_dtype(const std::string& name);

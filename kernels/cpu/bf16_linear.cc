@@ -1,15 +1,12 @@
 #include "kernels/cpu/bf16_linear.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <vector>
 
+#include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "model/bf16.h"
 
@@ -23,43 +20,6 @@ constexpr int kLanes = 32;  // bf16 values in one 512-bit register
 
 // Rounded up to whole 512-bit registers of bf16.
 int padded(int cols) { return (cols + kLanes - 1) / kLanes * kLanes; }
-
-const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// The weights as matmul's operand [cols, rows]: w^T, which w's row-major bits are as "ba".
-memory::desc weights_desc(int rows, int cols, bool any) {
-  return memory::desc({cols, rows}, Dt::bf16,
-                      any ? memory::format_tag::any : memory::format_tag::ba);
-}
-
-memory::desc src_desc(int n, int cols) {
-  return memory::desc({n, cols}, Dt::bf16, memory::format_tag::ab);
-}
-
-memory::desc dst_desc(int n, int rows) {
-  return memory::desc({n, rows}, Dt::f32, memory::format_tag::ab);
-}
-
-// One primitive per shape, token count and accumulation, shared by every matrix of that shape
-// (a primitive binds no weights). The token counts a server sees repeat (batch sizes, chunk
-// lengths); the map is cleared when it grows past what they need.
-dnnl::matmul primitive(const Bf16Matrix& w, int n, bool accumulate) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int, bool>, dnnl::matmul> cache;
-  std::lock_guard lock(mu);
-  const auto key = std::make_tuple(w.rows(), w.cols(), n, accumulate);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= 512) cache.clear();
-  dnnl::post_ops ops;
-  if (accumulate) ops.append_sum(1.0f);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
-  const dnnl::matmul::desc d(src_desc(n, w.cols()), w.packed().get_desc(), dst_desc(n, w.rows()));
-  return cache.emplace(key, dnnl::matmul({d, attr, engine()})).first->second;
-}
 
 // The AVX-512 code is compiled for its target whatever -march says, and runs only where
 // cpu_has_bf16(). Registers are reinterpreted with GCC vector casts: std::bit_cast would be a
@@ -132,29 +92,11 @@ Bf16Matrix::Bf16Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
     to_bf16(m.data, rounded.size(), rounded.data());
     bits = rounded.data();
   }
-  // The layout oneDNN picks for a product of 64 tokens (the blocked one of its brgemm kernels).
-  // Every primitive reads this one packed copy, whatever its token count, and one token goes
-  // through gemv_blocks where the layout is the one that kernel reads.
-  constexpr int kPackTokens = 64;
-  const dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(src_desc(kPackTokens, m.cols), weights_desc(m.rows, m.cols, true),
-                         dst_desc(kPackTokens, m.rows)),
-      engine());
-  const memory::desc packed = pd.weights_desc();
-  packed_ = memory(packed, engine());
-  const dnnl_memory_desc_t& d = packed.data;
-  const auto& blk = d.format_desc.blocking;
-  const long k = d.padded_dims[0];
-  if (d.format_kind == dnnl_blocked && blk.inner_nblks == 3 && blk.inner_blks[0] == 16 &&
-      blk.inner_idxs[0] == 0 && blk.inner_blks[1] == 64 && blk.inner_idxs[1] == 1 &&
-      blk.inner_blks[2] == 2 && blk.inner_idxs[2] == 0 && blk.strides[0] == 32 * 64 &&
-      blk.strides[1] == k * 64 && k <= padded(m.cols)) {
-    block_ = k * 64;
-  }
-  memory plain(weights_desc(m.rows, m.cols, false), engine(), const_cast<uint16_t*>(bits));
-  dnnl::stream s(engine());
-  dnnl::reorder(plain, packed_).execute(s, plain, packed_);
-  s.wait();
+  packed_ = pack_weights(bits, m.rows, m.cols, Dt::bf16, Dt::bf16, Dt::f32);
+  // One token goes through gemv_blocks where the layout is the one it reads, and reads no
+  // further than convert_rows zeroes.
+  block_ = dot_block(packed_, 2, m.cols);
+  if (block_ / 64 > padded(m.cols)) block_ = 0;
 }
 
 void linear_bf16(const float* x, int n, const Bf16Matrix& w, float* y, ThreadPool* pool,
@@ -170,13 +112,10 @@ void linear_bf16(const float* x, int n, const Bf16Matrix& w, float* y, ThreadPoo
     });
     return;
   }
-  const dnnl::matmul mm = primitive(w, n, accumulate);
-  thread_local dnnl::stream stream(engine());
-  memory src(src_desc(n, w.cols()), engine(), xb);
-  memory dst(dst_desc(n, w.rows()), engine(), y);
-  omp_set_num_threads(pool != nullptr ? pool->threads() : 1);
-  mm.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w.packed()}, {DNNL_ARG_DST, dst}});
-  stream.wait();
+  const dnnl::matmul mm = matmul(w.packed(), w.rows(), w.cols(), n, Dt::bf16, Dt::f32, accumulate);
+  const dnnl::engine& e = onednn_engine();
+  run_matmul(mm, memory(rows_desc(n, w.cols(), Dt::bf16), e, xb), w.packed(),
+             memory(rows_desc(n, w.rows(), Dt::f32), e, y), pool);
 }
 
 }  // namespace fpa::cpu

@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/shift_state.h"
@@ -42,15 +43,19 @@ class CpuBackend : public Backend {
         cache_(cache),
         pool_(threads),
         shift_(c_.n_layers, c_.n_heads * c_.head_dim) {
-    if (weights == CpuWeights::kBf16) round_weights();
+    if (weights == CpuWeights::kBf16) pack_weights(bf16_);
+    if (weights == CpuWeights::kInt8) pack_weights(int8_);
   }
 
-  std::string_view name() const override { return bf16_.empty() ? "cpu" : "cpu-bf16"; }
+  std::string_view name() const override {
+    return !bf16_.empty() ? "cpu-bf16" : !int8_.empty() ? "cpu-int8" : "cpu";
+  }
   absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
 
  private:
-  void round_weights();
+  template <class Packed>
+  void pack_weights(absl::flat_hash_map<const Matrix*, Packed>& packed);
   void linear(const float* x, int n, const Matrix& w, float* y, bool accumulate = false);
   absl::Status validate(const Batch& b, std::span<float> logits, const ForwardTrace* t) const;
   void resize(int n);
@@ -81,22 +86,24 @@ class CpuBackend : public Backend {
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
   cpu::ShiftStates shift_;                    // k_shift / v_shift models
-  // With bf16 weights: each projection packed for oneDNN, by the model's matrix.
+  // With bf16 (int8) weights: each projection packed for oneDNN, by the model's matrix.
   absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
+  absl::flat_hash_map<const Matrix*, cpu::Int8Matrix> int8_;
 };
 
-void CpuBackend::round_weights() {
+template <class Packed>
+void CpuBackend::pack_weights(absl::flat_hash_map<const Matrix*, Packed>& packed) {
   for (const LayerWeights& w : model_.layers()) {
-    for (const Matrix* m : projections(w)) {
-      bf16_.emplace(m, cpu::Bf16Matrix(*m));
-    }
+    for (const Matrix* m : projections(w)) packed.emplace(m, Packed(*m));
   }
-  bf16_.emplace(&model_.lm_head(), cpu::Bf16Matrix(model_.lm_head()));
+  packed.emplace(&model_.lm_head(), Packed(model_.lm_head()));
 }
 
 void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool accumulate) {
   if (auto it = bf16_.find(&w); it != bf16_.end()) {
     cpu::linear_bf16(x, n, it->second, y, &pool_, accumulate);
+  } else if (auto i8 = int8_.find(&w); i8 != int8_.end()) {
+    cpu::linear_int8(x, n, i8->second, y, &pool_, accumulate);
   } else {
     cpu::linear(x, n, w, y, &pool_, accumulate);
   }
@@ -376,7 +383,36 @@ void CpuBackend::write_logits(const Batch& b, std::span<float> logits, bool all)
   linear(x_.data(), rows, model_.lm_head(), logits.data());
 }
 
+// Whether this CPU and the model's kept weights (LoadOptions) can run `weights`.
+absl::Status check_weights(const Model& model, CpuWeights weights) {
+  if (weights == CpuWeights::kBf16 && !cpu::cpu_has_bf16()) {
+    return absl::FailedPreconditionError(
+        "cpu backend: bf16 weights need a CPU with AVX512-BF16, which this one lacks; use "
+        "float32 weights");
+  }
+  if (weights == CpuWeights::kInt8 && !cpu::cpu_has_vnni()) {
+    return absl::FailedPreconditionError(
+        "cpu backend: int8 weights need a CPU with AVX512-VNNI, which this one lacks; use "
+        "float32 (or bf16) weights");
+  }
+  if (weights == CpuWeights::kF32 && keeps_bf16(model)) {
+    return absl::FailedPreconditionError(
+        "cpu backend: the model was loaded keeping its bf16 weights as stored; float32 weights "
+        "need it loaded without LoadOptions::keep_bf16");
+  }
+  if (weights != CpuWeights::kInt8 && keeps_int8(model)) {
+    return absl::FailedPreconditionError(
+        "cpu backend: the model was loaded keeping its int8 weights as stored; other weights "
+        "need it loaded without LoadOptions::keep_int8");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+CpuWeights cpu_weights_named(std::string_view name) {
+  return name == "bf16" ? CpuWeights::kBf16 : name == "int8" ? CpuWeights::kInt8 : CpuWeights::kF32;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, cache::KvCache& cache,
                                                           int threads, CpuWeights weights) {
@@ -387,16 +423,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(const Model& model, ca
         "cpu backend: cache shape (", s.n_layers, " layers, ", s.n_heads, " heads x ", s.head_dim,
         ") does not match the model (", c.n_layers, ", ", c.n_heads, " x ", c.head_dim, ")"));
   }
-  if (weights == CpuWeights::kBf16 && !cpu::cpu_has_bf16()) {
-    return absl::FailedPreconditionError(
-        "cpu backend: bf16 weights need a CPU with AVX512-BF16, which this one lacks; use "
-        "float32 weights");
-  }
-  if (weights == CpuWeights::kF32 && keeps_bf16(model)) {
-    return absl::FailedPreconditionError(
-        "cpu backend: the model was loaded keeping its bf16 weights as stored; float32 weights "
-        "need it loaded without LoadOptions::keep_bf16");
-  }
+  FPA_RETURN_IF_ERROR(check_weights(model, weights));
   static std::once_flag blas_once;
   std::call_once(blas_once, cpu::use_single_threaded_blas);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

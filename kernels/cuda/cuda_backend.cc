@@ -650,10 +650,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
     return absl::UnavailableError("no CUDA device is available");
   }
   // TODO(cuda): upload the kept bf16 bits as they are; the device weights round from float32.
-  if (keeps_bf16(model)) {
+  if (keeps_bf16(model) || keeps_int8(model)) {
     return absl::FailedPreconditionError(
-        "cuda backend: the model was loaded keeping its bf16 weights as stored (for the CPU "
-        "backend); load it without LoadOptions::keep_bf16");
+        "cuda backend: the model was loaded keeping its bf16 or int8 weights as stored (for the "
+        "CPU backend); load it without LoadOptions::keep_bf16 / keep_int8");
   }
   // TODO(issue 25): FoX Pro's QK-norm, output gate / norm and key/value shift in the CUDA
   // kernels.

@@ -13,6 +13,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
@@ -102,6 +103,73 @@ TEST(Ops, LinearBf16RoundsWithinBf16Precision) {
       }
       EXPECT_NEAR(y[t * out + o], ref, bound + 1e-5);
       EXPECT_NE(y[t * out + o], 0.0f);
+    }
+  }
+}
+
+// Any float32 input: within the rounding of both factors to their int8 grids, each at most half
+// a step (the row's or token's largest magnitude / 127 / 2). Token counts 1 to 40 take the
+// hand-written kernel (up to 8) and oneDNN's; 1030 rows a block tail; 200 and 77 columns a
+// padded quad, 77 a partial one.
+TEST(Ops, LinearInt8WithinQuantizationBound) {
+  if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  for (int in : {200, 77}) {
+    const int out = 1030;
+    const std::vector<float> w = randn(out * in, 2);
+    const Int8Matrix wq(Matrix{w.data(), out, in});
+    EXPECT_GT(wq.block(), 0);  // oneDNN's VNNI layout, which the small-batch kernel reads
+    for (int n = 1; n <= 40; n += n < 10 ? 1 : 10) {
+      ThreadPool pool(1 + n % 2);
+      const std::vector<float> x = randn(n * in, 1);
+      std::vector<float> y(n * out, 1.0f);
+      linear_int8(x.data(), n, wq, y.data(), &pool, /*accumulate=*/true);
+      for (int t = 0; t < n; ++t) {
+        const float* xr = x.data() + t * in;
+        const double sx =
+            std::fabs(*std::max_element(
+                xr, xr + in, [](float a, float b) { return std::fabs(a) < std::fabs(b); })) /
+            127;
+        for (int o = 0; o < out; ++o) {
+          const float* wr = w.data() + o * in;
+          const double sw =
+              std::fabs(*std::max_element(
+                  wr, wr + in, [](float a, float b) { return std::fabs(a) < std::fabs(b); })) /
+              127;
+          double ref = 1.0, bound = 1e-4;
+          for (int i = 0; i < in; ++i) {
+            ref += double(xr[i]) * wr[i];
+            bound += 0.5 * std::fabs(xr[i]) * sw + 0.5 * std::fabs(wr[i]) * sx + 0.75 * sx * sw;
+          }
+          ASSERT_NEAR(y[t * out + o], ref, bound) << in << " " << n << " " << t << " " << o;
+        }
+      }
+    }
+  }
+}
+
+// Weights already on the int8 grid (as a quantized file holds them) and activations on theirs:
+// the product is the integers' exactly, whichever kernel runs it.
+TEST(Ops, LinearInt8IsExactOnItsGrid) {
+  if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int in = 131, out = 70;
+  std::vector<int8_t> q(out * in);
+  std::vector<float> scale(out);
+  std::mt19937 rng(7);
+  for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  for (int o = 0; o < out; ++o) scale[o] = std::ldexp(1.0f, -static_cast<int>(o % 5));
+  const Int8Matrix wq(Matrix{.rows = out, .cols = in, .i8 = q.data(), .scale = scale.data()});
+  for (int n : {1, 5, 33}) {
+    std::vector<float> x(n * in);
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 255) - 127);
+    for (int t = 0; t < n; ++t) x[t * in] = 127;  // each token's scale exactly 1
+    std::vector<float> y(n * out);
+    linear_int8(x.data(), n, wq, y.data(), nullptr);
+    for (int t = 0; t < n; ++t) {
+      for (int o = 0; o < out; ++o) {
+        long ref = 0;
+        for (int i = 0; i < in; ++i) ref += static_cast<long>(x[t * in + i]) * q[o * in + i];
+        ASSERT_EQ(y[t * out + o], static_cast<float>(ref) * scale[o]) << n << " " << t << " " << o;
+      }
     }
   }
 }

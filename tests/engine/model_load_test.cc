@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "kernels/cpu/formats.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tests/engine/model_files.h"
@@ -221,6 +222,68 @@ TEST(ModelLoad, NonFiniteKeptBf16IsNamed) {
   EXPECT_THAT(
       std::string(m.status().message()),
       AllOf(HasSubstr("'layers.0.attn.wq'"), HasSubstr("non-finite"), HasSubstr("element 9")));
+}
+
+// An I8 projection with its per-row `.scale` (train/quantize_int8.py): widened to float32 at
+// load, or kept as stored (LoadOptions::keep_int8) for the CPU backend's int8 weights. The
+// field's projections are float only: eviction decisions hang on them.
+TEST(ModelLoad, Int8ProjectionsWidenOrStayAsStored) {
+  ModelFiles f = testing::random_model("fpa", "free", 1);
+  std::vector<int8_t> q(64 * 32);  // wq [4 heads x 16, d_model 32]
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>(static_cast<int>(i % 255) - 127);
+  std::vector<float> scale(64);
+  for (int r = 0; r < 64; ++r) scale[r] = 0.01f * static_cast<float>(r + 1);
+  f.tensors["layers.0.attn.wq"] = {"I8", {64, 32}, std::string(q.begin(), q.end())};
+  f.tensors["layers.0.attn.wq.scale"] = testing::f32_tensor({64}, scale);
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  auto wide = Model::load(dir.path());
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ((*wide)->layers()[0].wq.data[33], q[33] * scale[1]);
+  EXPECT_FALSE(keeps_int8(**wide));
+  auto kept = Model::load(dir.path(), {.keep_int8 = true});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const Matrix& wq = (*kept)->layers()[0].wq;
+  EXPECT_EQ(wq.data, nullptr);
+  ASSERT_NE(wq.i8, nullptr);
+  EXPECT_EQ(wq.i8[33], q[33]);
+  EXPECT_EQ(wq.scale[1], scale[1]);
+  EXPECT_NE((*kept)->layers()[0].field_w.data, nullptr);
+  EXPECT_TRUE(keeps_int8(**kept));
+
+  ModelFiles no_scale = f;
+  no_scale.tensors.erase("layers.0.attn.wq.scale");
+  EXPECT_THAT(load_error(no_scale), HasSubstr("'layers.0.attn.wq.scale'"));
+  ModelFiles field = f;
+  field.tensors["layers.0.attn.field_w"] = {"I8", {4, 32}, std::string(128, '\1')};
+  field.tensors["layers.0.attn.field_w.scale"] = testing::f32_tensor({4}, {1, 1, 1, 1});
+  EXPECT_THAT(load_error(field),
+              AllOf(HasSubstr("'layers.0.attn.field_w'"), HasSubstr("dtype I8")));
+}
+
+// config.json's formats_within_bounds is what --cpu-weights / --kv-dtype auto may pick, stepped
+// down to what the CPU runs; explicit choices pass through; nothing measured is float32.
+TEST(ModelLoad, AutoFormatsFollowTheMeasuredBoundsAndTheCpu) {
+  ModelFiles f = testing::random_model("fpa", "free", 1);
+  f.config["formats_within_bounds"] = {{"weights", "int8"}, {"kv", "bf16"}};
+  TempDir dir;
+  testing::write_model(dir.path(), f);
+  auto m = Model::load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  auto pick = [&](CpuFeatures cpu, const char* weights = "auto") {
+    const CpuFormats p = resolve_cpu_formats(weights, "auto", c, cpu);
+    return p.weights + "/" + p.kv;
+  };
+  EXPECT_EQ(pick({.bf16 = true, .vnni = true}), "int8/bf16");
+  EXPECT_EQ(pick({.bf16 = true, .vnni = false}), "bf16/bf16");
+  EXPECT_EQ(pick({.bf16 = false, .vnni = false}), "f32/bf16");
+  EXPECT_EQ(pick({.bf16 = true, .vnni = true}, "f32"), "f32/bf16");
+  EXPECT_EQ(resolve_cpu_formats("auto", "auto", ModelConfig{}, {true, true}).weights, "f32");
+  EXPECT_EQ(resolve_cpu_formats("auto", "auto", ModelConfig{}, {true, true}).kv, "f32");
+
+  f.config["formats_within_bounds"] = {{"weights", "int4"}};
+  EXPECT_THAT(load_error(f), AllOf(HasSubstr("formats_within_bounds"), HasSubstr("weights")));
 }
 
 TEST(ModelLoad, HalfPrecisionIsConverted) {

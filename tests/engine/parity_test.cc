@@ -14,6 +14,7 @@
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/bf16_linear.h"
+#include "kernels/cpu/int8_linear.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tests/engine/parity_util.h"
@@ -229,6 +230,27 @@ TEST_P(ParityTest, Bf16WeightsStayWithinTolerance) {
   EXPECT_LE(evict, 5e-2);
   EXPECT_GT(full, 0.0) << "bf16 rounding should show";
   std::cout << GetParam() << ": bf16 weights, relative error " << full << " (full cache), " << evict
+            << " (fpa eviction)\n";
+}
+
+// int8 weights (per-row weight scales, per-token activation scales; the field's projections
+// stay float32): each factor moves by up to half a step of its row's (token's) largest
+// magnitude / 127, more than bf16's 2^-9 of itself on the small values. Through the layers the
+// vectors' logits move by 1.2-2.8% (measured), held here to 5e-2. With eviction a key near its
+// threshold may be decided the other way, and the shipped model's vectors then move by 11%
+// (measured; the other models' by 1-2%): 0.15. Whether that costs the model accuracy is
+// measured on its own (bench/RESULTS.md, issue 26), not assumed from these figures.
+TEST_P(ParityTest, Int8WeightsStayWithinTolerance) {
+  if (!cpu::cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  auto int8 = make_cpu_backend(*model_, *cache_, 2, CpuWeights::kInt8);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  backend_ = *std::move(int8);
+  const double full = rel_error(run_chunks(start(cache::Policy::kNone), T()), f32("logits"));
+  const double evict = rel_error(run_chunks(start(cache::Policy::kFpa), 7), f32("evict_logits"));
+  EXPECT_LE(full, 5e-2);
+  EXPECT_LE(evict, 0.15);
+  EXPECT_GT(full, 0.0) << "int8 rounding should show";
+  std::cout << GetParam() << ": int8 weights, relative error " << full << " (full cache), " << evict
             << " (fpa eviction)\n";
 }
 

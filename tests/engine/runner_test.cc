@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/cpu/bf16_linear.h"
+#include "kernels/cpu/int8_linear.h"
 #include "model/bf16.h"
 #include "server/engine/model_runner.h"
 #include "tests/engine/model_files.h"
@@ -273,12 +274,36 @@ testing::ModelFiles bf16_projections(testing::ModelFiles f) {
   return f;
 }
 
+// The projections as train/quantize_int8.py writes them: I8 values and F32 per-row scales.
+testing::ModelFiles int8_projections(testing::ModelFiles f) {
+  testing::TensorMap out;
+  for (auto& [name, t] : f.tensors) {
+    const bool projection =
+        name.find("attn.w") != std::string::npos || name.find("mlp.w_") != std::string::npos;
+    if (!projection) {
+      out[name] = t;
+      continue;
+    }
+    const int rows = static_cast<int>(t.shape[0]), cols = static_cast<int>(t.shape[1]);
+    const auto* w = reinterpret_cast<const float*>(t.bytes.data());
+    std::string q(t.bytes.size() / 4, '\0');
+    std::vector<float> scale(rows);
+    for (int r = 0; r < rows; ++r) {
+      scale[r] = cpu::quantize_row(w + r * cols, cols, reinterpret_cast<int8_t*>(&q[r * cols]));
+    }
+    out[name] = {"I8", t.shape, q};
+    out[name + ".scale"] = testing::f32_tensor({rows}, scale);
+  }
+  f.tensors = out;
+  return f;
+}
+
 // Greedy tokens and every step's logits of one sequence: a prompt, then `steps` decode steps.
-std::vector<float> generate(const Model& model, int steps) {
+std::vector<float> generate(const Model& model, int steps, CpuWeights weights = CpuWeights::kBf16) {
   const ModelConfig& c = model.config();
   auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 4}, 256);
   EXPECT_TRUE(cache.ok());
-  auto backend = make_cpu_backend(model, **cache, 2, CpuWeights::kBf16);
+  auto backend = make_cpu_backend(model, **cache, 2, weights);
   EXPECT_TRUE(backend.ok()) << backend.status();
   ModelRunner runner(model, **cache, *std::move(backend));
   const cache::SeqId seq = *runner.start({.policy = cache::Policy::kFpa, .tau = 4.0f});
@@ -316,6 +341,31 @@ TEST(KeptBf16Weights, DecodeExactlyAsTheWidenedModel) {
   ASSERT_TRUE(cache.ok());
   EXPECT_EQ(make_cpu_backend(**kept, **cache, 2, CpuWeights::kF32).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// An I8 file's projections kept as stored (LoadOptions::keep_int8) decode as the same file
+// widened at load and quantized again by the backend: the same integers reach the kernels, the
+// scales recomputed from the widened rows within a rounding of the stored ones. The float32 and
+// bf16 paths refuse such a model rather than read null weights.
+TEST(KeptInt8Weights, DecodeAsTheWidenedModel) {
+  if (!cpu::cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  testing::TempDir dir;
+  testing::write_model(dir.path(), int8_projections(testing::random_model("fpa", "free", 3)));
+  auto kept = Model::load(dir.path(), {.keep_bf16 = true, .keep_int8 = true});
+  auto widened = Model::load(dir.path());
+  ASSERT_TRUE(kept.ok() && widened.ok());
+  EXPECT_EQ((*kept)->layers()[1].w_down.data, nullptr);
+  const std::vector<float> a = generate(**kept, 12, CpuWeights::kInt8);
+  const std::vector<float> b = generate(**widened, 12, CpuWeights::kInt8);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
+  const ModelConfig& c = (*kept)->config();
+  auto cache = cache::KvCache::create({c.n_layers, c.n_heads, c.head_dim, 4}, 64);
+  ASSERT_TRUE(cache.ok());
+  for (CpuWeights other : {CpuWeights::kF32, CpuWeights::kBf16}) {
+    EXPECT_EQ(make_cpu_backend(**kept, **cache, 2, other).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,206 @@
+#include "kernels/cpu/int8_linear.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
+#include "model/bf16.h"
+
+namespace fpa::cpu {
+namespace {
+
+using dnnl::memory;
+using Dt = memory::data_type;
+
+// Token counts the hand-written kernel takes; oneDNN's brgemm takes more.
+// TODO(issue 26): measure the crossover against oneDNN's u8 x s8 matmul on a quiet machine (the
+// bf16 one-token kernel beat oneDNN's by 10-60% on cold weights; 8 is a guess, not a figure).
+constexpr int kGemvTokens = 8;
+constexpr int kTile = 4;  // tokens per pass over a block: 4 x 4 accumulators + 4 weight registers
+
+// As in bf16_linear.cc: compiled for its target whatever -march says, run only where
+// cpu_has_vnni().
+#define FPA_VNNI_TARGET [[gnu::target("avx512f,avx512bw,avx512vnni")]]
+
+__mmask16 first(int lanes) { return static_cast<__mmask16>((1u << std::clamp(lanes, 0, 16)) - 1); }
+
+// x[n, cols] -> per token a scale sx[t] and bytes round(x / sx) + 128, rows `stride` apart,
+// 128 (zero) from cols to stride.
+FPA_VNNI_TARGET void quantize_tokens(const float* x, int n, int cols, int stride, uint8_t* out,
+                                     float* sx) {
+  for (int t = 0; t < n; ++t) {
+    const float* xr = x + static_cast<long>(t) * cols;
+    __m512 amax = _mm512_setzero_ps();
+    for (int c = 0; c < cols; c += 16) {
+      // maskz: GCC 12's plain max_ps reads an undefined register it then warns about.
+      const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(first(cols - c), xr + c));
+      amax = _mm512_maskz_max_ps(0xffff, amax, v);
+    }
+    // Reduced through memory: GCC 12 warns that reduce_max_ps reads an uninitialized register.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, amax);
+    const float m = *std::max_element(lanes, lanes + 16);
+    sx[t] = m > 0 ? m / 127.0f : 1.0f;
+    const __m512 inv = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+    uint8_t* row = out + static_cast<long>(t) * stride;
+    for (int c = 0; c < cols; c += 16) {
+      const __mmask16 k = first(cols - c);
+      const __m512i q =
+          _mm512_maskz_cvtps_epi32(k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + c), inv));
+      _mm512_mask_cvtusepi32_storeu_epi8(row + c, k, _mm512_add_epi32(q, _mm512_set1_epi32(128)));
+    }
+    std::memset(row + cols, 128, stride - cols);
+  }
+}
+
+// y[0, count) (+)= (acc - offset) * scale * sx: int32 sums back to float32 outputs.
+FPA_VNNI_TARGET void dequantize(const int32_t* acc, int count, const int32_t* offset,
+                                const float* scale, float sx, float* y, bool accumulate) {
+  const __m512 s = _mm512_set1_ps(sx);
+  for (int c = 0; c < count; c += 16) {
+    const __mmask16 k = first(count - c);
+    const __m512i a = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + c),
+                                       _mm512_maskz_loadu_epi32(k, offset + c));
+    __m512 v = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(k, a), _mm512_maskz_loadu_ps(k, scale + c)), s);
+    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, y + c));
+    _mm512_mask_storeu_ps(y + c, k, v);
+  }
+}
+
+// T tokens (rows of x `stride` bytes apart) against one block of 64 outputs in oneDNN's VNNI
+// layout: per quad of inputs, 64 outputs x 4 inputs are four registers, each a vpdpbusd step of
+// 16 outputs with a token's quad broadcast. acc[t] gets the block's 64 int32 sums.
+template <int T>
+FPA_VNNI_TARGET void dot_block_tokens(const int8_t* wb, int quads, const uint8_t* x, int stride,
+                                      int32_t (*acc)[64]) {
+  __m512i a[T][4];
+  for (auto& row : a) {
+    for (__m512i& v : row) v = _mm512_setzero_si512();
+  }
+  for (int q = 0; q < quads; ++q) {
+    const int8_t* wq = wb + q * 256;
+    __builtin_prefetch(wq + 2048);  // 2 KiB ahead, as the bf16 kernel: the prefetcher lags
+    __m512i w[4];
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(wq + 64 * j);
+    for (int t = 0; t < T; ++t) {
+      uint32_t quad;
+      std::memcpy(&quad, x + static_cast<long>(t) * stride + 4 * q, sizeof quad);
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(quad));
+      for (int j = 0; j < 4; ++j) a[t][j] = _mm512_dpbusd_epi32(a[t][j], xv, w[j]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < 4; ++j) _mm512_storeu_si512(acc[t] + 16 * j, a[t][j]);
+  }
+}
+
+using DotFn = void (*)(const int8_t*, int, const uint8_t*, int, int32_t (*)[64]);
+constexpr std::array<DotFn, kTile> kDot = {&dot_block_tokens<1>, &dot_block_tokens<2>,
+                                           &dot_block_tokens<3>, &dot_block_tokens<4>};
+
+// n <= kGemvTokens tokens against blocks [b0, b1): each block streamed once from memory, its
+// token tiles reading it again from the L1/L2 cache.
+void gemv_blocks(const Int8Matrix& w, const uint8_t* x, const float* sx, int n, float* y, int b0,
+                 int b1, bool accumulate) {
+  const auto* bits = static_cast<const int8_t*>(w.packed().get_data_handle());
+  const int stride = static_cast<int>(w.block() / 64);
+  for (int b = b0; b < b1; ++b) {
+    const int n0 = b * 64, count = std::min(64, w.rows() - n0);
+    for (int t0 = 0; t0 < n; t0 += kTile) {
+      const int tile = std::min(kTile, n - t0);
+      int32_t acc[kTile][64];
+      kDot[tile - 1](bits + b * w.block(), stride / 4, x + static_cast<long>(t0) * stride, stride,
+                     acc);
+      for (int t = 0; t < tile; ++t) {
+        dequantize(acc[t], count, w.offset() + n0, w.scale() + n0, sx[t0 + t],
+                   y + static_cast<long>(t0 + t) * w.rows() + n0, accumulate);
+      }
+    }
+  }
+}
+
+template <class T>
+T* scratch(size_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+}  // namespace
+
+bool cpu_has_vnni() { return __builtin_cpu_supports("avx512vnni"); }
+
+float quantize_row(const float* w, int cols, int8_t* q) {
+  float m = 0.0f;
+  for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(w[c]));
+  const float scale = m > 0 ? m / 127.0f : 1.0f;
+  for (int c = 0; c < cols; ++c) {
+    q[c] = static_cast<int8_t>(std::clamp(std::nearbyint(w[c] / scale), -127.0f, 127.0f));
+  }
+  return scale;
+}
+
+Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols), scale_(m.rows) {
+  std::vector<int8_t> quantized;
+  const int8_t* q = m.i8;  // as the file stores them, else quantized here
+  if (q != nullptr) {
+    std::copy(m.scale, m.scale + m.rows, scale_.begin());
+  } else {
+    quantized.resize(static_cast<size_t>(m.rows) * m.cols);
+    std::vector<float> row(m.cols);
+    for (int r = 0; r < m.rows; ++r) {
+      const size_t at = static_cast<size_t>(r) * m.cols;
+      if (m.data != nullptr) {
+        std::copy(m.data + at, m.data + at + m.cols, row.begin());
+      } else {
+        std::transform(m.bf16 + at, m.bf16 + at + m.cols, row.begin(), bf16_to_float);
+      }
+      scale_[r] = quantize_row(row.data(), m.cols, quantized.data() + at);
+    }
+    q = quantized.data();
+  }
+  offset_.resize(m.rows);
+  for (int r = 0; r < m.rows; ++r) {
+    const int8_t* qr = q + static_cast<size_t>(r) * m.cols;
+    offset_[r] = 128 * std::accumulate(qr, qr + m.cols, 0);
+  }
+  packed_ = pack_weights(q, m.rows, m.cols, Dt::s8, Dt::u8, Dt::s32);
+  block_ = dot_block(packed_, 4, m.cols);
+}
+
+void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
+                 bool accumulate) {
+  float* sx = scratch<float>(n);
+  if (n <= kGemvTokens && w.block() > 0) {
+    const int stride = static_cast<int>(w.block() / 64);
+    uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
+    quantize_tokens(x, n, w.cols(), stride, xq, sx);
+    const int blocks = (w.rows() + 63) / 64;
+    const int threads = pool != nullptr ? pool->threads() : 1;
+    const int parts = std::min(blocks, threads * 4);  // a fast thread can take a slow one's share
+    parallel_for(pool, parts, static_cast<long>(n) * w.rows() * w.cols(), [&](int i) {
+      gemv_blocks(w, xq, sx, n, y, blocks * i / parts, blocks * (i + 1) / parts, accumulate);
+    });
+    return;
+  }
+  uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * w.cols());
+  quantize_tokens(x, n, w.cols(), w.cols(), xq, sx);
+  int32_t* acc = scratch<int32_t>(static_cast<size_t>(n) * w.rows());
+  const dnnl::engine& e = onednn_engine();
+  run_matmul(matmul(w.packed(), w.rows(), w.cols(), n, Dt::u8, Dt::s32, false),
+             memory(rows_desc(n, w.cols(), Dt::u8), e, xq), w.packed(),
+             memory(rows_desc(n, w.rows(), Dt::s32), e, acc), pool);
+  parallel_for(pool, n, static_cast<long>(n) * w.rows(), [&](int t) {
+    const long at = static_cast<long>(t) * w.rows();
+    dequantize(acc + at, w.rows(), w.offset(), w.scale(), sx[t], y + at, accumulate);
+  });
+}
+
+}  // namespace fpa::cpu

@@ -1,0 +1,56 @@
+// Projections with int8 weights on the CPU (issue 26): a quarter of float32's bytes per decode
+// step. Weights are symmetric per output row, w[r, :] ~ scale[r] * q[r, :] with q in [-127, 127],
+// quantized once at load (or read as the file stores them, docs/model-format.md). Activations
+// are quantized the same way per token at every call, as llama.cpp's Q8_0 x Q8_0 does, and held
+// as unsigned bytes q + 128: AVX512-VNNI's vpdpbusd multiplies unsigned by signed bytes (this
+// CPU family has no signed-by-signed form), and the 128 * sum(q[r, :]) it adds is taken back
+// out exactly. Sums are int32. 1 to kGemvTokens tokens go through a hand-written kernel that
+// streams oneDNN's packed weights; more through oneDNN's u8 x s8 matmul on the same copy.
+#pragma once
+
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "model/model.h"
+
+namespace fpa::cpu {
+
+class ThreadPool;
+
+// Whether this CPU has AVX512-VNNI (checked at run time, as cpu_has_bf16).
+bool cpu_has_vnni();
+
+// Symmetric per-row quantization of float32 weights: returns the row's scale (its largest
+// magnitude / 127; 1 for a zero row) and writes round(w / scale) to q. The file writer
+// (train/quantize_int8.py) quantizes the same way.
+float quantize_row(const float* w, int cols, int8_t* q);
+
+class Int8Matrix {
+ public:
+  // From the file's int8 values and scales where the model kept them, else quantized from its
+  // float32 or bf16 values.
+  explicit Int8Matrix(const Matrix& m);
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  const dnnl::memory& packed() const { return packed_; }
+  // oneDNN's VNNI layout (64 outputs by quads of inputs): the distance between blocks of 64
+  // outputs; 0 for any other layout (then every product goes through oneDNN).
+  long block() const { return block_; }
+  const float* scale() const { return scale_.data(); }
+  const int32_t* offset() const { return offset_.data(); }  // 128 * sum(q[r, :])
+
+ private:
+  int rows_, cols_;
+  std::vector<float> scale_;
+  std::vector<int32_t> offset_;
+  dnnl::memory packed_;
+  long block_ = 0;
+};
+
+// y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token. Requires
+// cpu_has_vnni().
+void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
+                 bool accumulate = false);
+
+}  // namespace fpa::cpu
