@@ -167,7 +167,7 @@ def summarize(api, start, end):
             f"avg_over_time((sum(fpa_cache_bytes_held) / sum(fpa_cache_bytes_full) > 0)"
             f"[{window}:1s])",
         "peak pages in use / pool": f"max_over_time((sum(fpa_cache_pages_in_use) / "
-                                    f"sum(fpa_cache_pages_total))[{window}:1s])",
+                                    f"sum(fpa_cache_pages))[{window}:1s])",
     }
     for name, expr in figures.items():
         url = f"{api}/query?" + urllib.parse.urlencode({"query": expr, "time": end})

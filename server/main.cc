@@ -146,7 +146,7 @@ int serve(const ServeOptions& o) {
   ModelRunner runner(**model, **kv, std::move(*backend));
 
   const std::string model_name = served_model_name(o);
-  ServerMetrics metrics(**kv, model_name);
+  ServerMetrics metrics(**kv, model_name, o.prefix_cache > 0);
   http::Limits http_limits;
   http_limits.on_failure = [&metrics] { metrics.add_http_failure(); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http = http::HttpServer::start(

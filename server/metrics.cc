@@ -16,6 +16,13 @@ using prometheus::Registry;
 
 using Labels = std::map<std::string, std::string>;
 
+// vLLM (>= 0.10) labels every series with its engine's index; fpa-serve runs one engine.
+constexpr const char* kVllmEngine = "0";
+
+Labels vllm_labels(const std::string& model_name) {
+  return {{"model_name", model_name}, {"engine", kVllmEngine}};
+}
+
 prometheus::Gauge& gauge(Registry& r, const std::string& name, const std::string& help,
                          const Labels& labels = {}) {
   return BuildGauge().Name(name).Help(help).Register(r).Add(labels);
@@ -31,9 +38,24 @@ Histogram& histogram(Registry& r, const std::string& name, const std::string& he
   return BuildHistogram().Name(name).Help(help).Register(r).Add(labels, std::move(buckets));
 }
 
-// Latency buckets from 0.5 ms to 60 s.
+// Latency buckets of the fpa_* histograms: 0.5 ms to 60 s.
 Histogram::BucketBoundaries latency_buckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+// vLLM's own boundaries for its names (vllm/v1/metrics/loggers.py), so that dashboards built for
+// vLLM read the same buckets: time to first token, then per output token, then whole requests.
+Histogram::BucketBoundaries vllm_ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+Histogram::BucketBoundaries vllm_token_latency_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+Histogram::BucketBoundaries vllm_request_buckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
 // One figure into an fpa_* metric and its vLLM twins.
@@ -86,14 +108,17 @@ struct ServerMetrics::Vllm {
         waiting(gauge(r, "vllm:num_requests_waiting", "Requests queued", l)),
         prompt_tokens(counter(r, "vllm:prompt_tokens_total", "Prompt tokens processed", l)),
         generation_tokens(counter(r, "vllm:generation_tokens_total", "Tokens generated", l)),
+        preemptions(counter(r, "vllm:num_preemptions_total",
+                            "Running requests preempted to free KV cache pages", l)),
         ttft(histogram(r, "vllm:time_to_first_token_seconds",
-                       "Request arrival to first generated token", latency_buckets(), l)),
+                       "Request arrival to first generated token", vllm_ttft_buckets(), l)),
         itl(histogram(r, "vllm:inter_token_latency_seconds", "Between consecutive generated tokens",
-                      latency_buckets(), l)),
+                      vllm_token_latency_buckets(), l)),
         tpot(histogram(r, "vllm:time_per_output_token_seconds",
-                       "Older name of vllm:inter_token_latency_seconds", latency_buckets(), l)),
+                       "Older name of vllm:inter_token_latency_seconds",
+                       vllm_token_latency_buckets(), l)),
         e2e(histogram(r, "vllm:e2e_request_latency_seconds", "Request arrival to last token",
-                      latency_buckets(), l)),
+                      vllm_request_buckets(), l)),
         prompt_len(histogram(r, "vllm:request_prompt_tokens", "Prompt tokens of a finished request",
                              token_buckets(), l)),
         generation_len(histogram(r, "vllm:request_generation_tokens",
@@ -102,14 +127,14 @@ struct ServerMetrics::Vllm {
                                  "max_new_tokens of a finished request", token_buckets(), l)),
         success(BuildCounter()
                     .Name("vllm:request_success_total")
-                    .Help("Requests finished with OK, by finish reason")
+                    .Help("Finished requests by finish reason (abort: failed or cancelled)")
                     .Register(r)),
         queue(histogram(r, "vllm:request_queue_time_seconds", "Arrival to first admission",
-                        latency_buckets(), l)),
+                        vllm_request_buckets(), l)),
         prefill(histogram(r, "vllm:request_prefill_time_seconds", "First admission to first token",
-                          latency_buckets(), l)),
+                          vllm_request_buckets(), l)),
         decode(histogram(r, "vllm:request_decode_time_seconds", "First token to last token",
-                         latency_buckets(), l)),
+                         vllm_request_buckets(), l)),
         labels(l) {}
 
   prometheus::Gauge& kv_usage;
@@ -118,6 +143,7 @@ struct ServerMetrics::Vllm {
   prometheus::Gauge& waiting;
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generation_tokens;
+  prometheus::Counter& preemptions;
   Histogram& ttft;
   Histogram& itl;
   Histogram& tpot;
@@ -180,9 +206,27 @@ void ServerMetrics::watch_prefix_cache(const cache::PrefixCache* prefixes) {
   prefix_->watched = prefixes;
 }
 
-ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& model_name)
+// vLLM's cache_config_info: a gauge at 1 whose labels describe the KV cache (vLLM's names; a
+// block is a page). The cache dtype is the stored one, where vLLM says "auto" for the model's.
+void publish_cache_config(Registry& r, const cache::KvCache& cache, bool prefix_caching) {
+  const cache::CacheShape& shape = cache.shape();
+  gauge(r, "vllm:cache_config_info", "Information of the KV cache configuration",
+        {{"engine", kVllmEngine},
+         {"block_size", std::to_string(shape.page_slots)},
+         {"num_gpu_blocks", std::to_string(cache.stats().pages_total)},
+         {"num_cpu_blocks", "None"},
+         {"cache_dtype", shape.kv_bytes == 2 ? "bfloat16" : "float32"},
+         {"enable_prefix_caching", prefix_caching ? "True" : "False"}})
+      .Set(1);
+}
+
+ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& model_name,
+                             bool prefix_caching)
     : cache_(cache),
-      pages_total_(gauge(*registry_, "fpa_cache_pages_total", "Pages in the KV pool")),
+      pages_total_(gauge(*registry_, "fpa_cache_pages", "Pages in the KV pool")),
+      // TODO(issue 24): drop the old name (a gauge ending in _total) after one release.
+      pages_total_alias_(gauge(*registry_, "fpa_cache_pages_total",
+                               "Deprecated: fpa_cache_pages (a gauge, not a counter)")),
       pages_in_use_(
           gauge(*registry_, "fpa_cache_pages_in_use", "Pages holding at least one live key")),
       live_keys_(gauge(*registry_, "fpa_cache_live_keys",
@@ -218,8 +262,9 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
                                  "Tokens prefilled again after preemptions")),
       http_failures_(counter(*registry_, "fpa_http_connection_failures_total",
                              "HTTP connections closed because handling them threw")),
-      vllm_(std::make_unique<Vllm>(*registry_, Labels{{"model_name", model_name}})),
-      prefix_(std::make_unique<Prefix>(*registry_, Labels{{"model_name", model_name}})) {
+      vllm_(std::make_unique<Vllm>(*registry_, vllm_labels(model_name))),
+      prefix_(std::make_unique<Prefix>(*registry_, vllm_labels(model_name))) {
+  publish_cache_config(*registry_, cache, prefix_caching);
   collectable_ = std::make_shared<RefreshingCollectable>(*this, registry_);
   refresh_cache_gauges();
 }
@@ -233,6 +278,14 @@ void ServerMetrics::observe_ttft(double seconds) { observe_all(seconds, ttft_, v
 
 void ServerMetrics::observe_inter_token(double seconds) {
   observe_all(seconds, itl_, vllm_->itl, vllm_->tpot);
+}
+
+void ServerMetrics::add_preemption() { increment_all(1, preemptions_, vllm_->preemptions); }
+
+void ServerMetrics::count_aborted() {
+  Labels labels = vllm_->labels;
+  labels["finished_reason"] = "abort";
+  vllm_->success.Add(labels).Increment();
 }
 
 void ServerMetrics::observe_finished(const FinishedRequest& r) {
@@ -264,7 +317,7 @@ void ServerMetrics::count_request(int grpc_code) {
 
 void ServerMetrics::refresh_cache_gauges() {
   cache::CacheStats s = cache_.stats();
-  pages_total_.Set(static_cast<double>(s.pages_total));
+  set_all(static_cast<double>(s.pages_total), pages_total_, pages_total_alias_);
   pages_in_use_.Set(static_cast<double>(s.pages_in_use));
   double usage = s.pages_total > 0 ? static_cast<double>(s.pages_in_use) / s.pages_total : 0.0;
   set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);

@@ -35,8 +35,10 @@ struct FinishedRequest {
 
 class ServerMetrics {
  public:
-  // `model_name` labels the vllm:* series (the served model's name, as /v1/models lists it).
-  ServerMetrics(const cache::KvCache& cache, const std::string& model_name);
+  // `model_name` labels the vllm:* series (the served model's name, as /v1/models lists it);
+  // `prefix_caching` is reported in vllm:cache_config_info.
+  ServerMetrics(const cache::KvCache& cache, const std::string& model_name,
+                bool prefix_caching = false);
   ~ServerMetrics();
 
   // What an Exposer serves: refreshes the cache gauges, then collects everything.
@@ -50,7 +52,9 @@ class ServerMetrics {
   void observe_live_fraction(double f) { live_fraction_.Observe(f); }
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
-  void add_preemption() { preemptions_.Increment(); }
+  void add_preemption();
+  // A request the scheduler ended with an error or a cancellation (vLLM's "abort").
+  void count_aborted();
   void add_recomputed_tokens(int64_t n) { recomputed_tokens_.Increment(static_cast<double>(n)); }
   void add_http_failure() { http_failures_.Increment(); }
 
@@ -66,6 +70,7 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Collectable> collectable_;
 
   prometheus::Gauge& pages_total_;
+  prometheus::Gauge& pages_total_alias_;
   prometheus::Gauge& pages_in_use_;
   prometheus::Gauge& live_keys_;
   prometheus::Counter& keys_evicted_;

@@ -583,7 +583,13 @@ void Scheduler::complete(Active& a, absl::Status status) {
     a.seq = -1;
     if (metrics_ != nullptr && s.length > 0) metrics_->observe_live_fraction(c.usage.live_fraction);
   }
-  if (metrics_ != nullptr && c.status.ok()) metrics_->observe_finished(finished(a));
+  if (metrics_ != nullptr) {
+    if (c.status.ok()) {
+      metrics_->observe_finished(finished(a));
+    } else {
+      metrics_->count_aborted();
+    }
+  }
   a.req->sink->on_finish(std::move(c));
 }
 

@@ -101,7 +101,7 @@ def test_dashboard_shows_what_the_issue_asks_for():
             used.setdefault(name, set()).add(title)
     wanted = [
         {"fpa_cache_bytes_held", "fpa_cache_bytes_full"},  # bytes held vs a full cache
-        {"fpa_cache_pages_in_use", "fpa_cache_pages_total"},  # pages in use vs total
+        {"fpa_cache_pages_in_use", "fpa_cache_pages"},  # pages in use vs total
         {"fpa_request_live_fraction_bucket"},  # live-key fraction distribution
         {"fpa_cache_keys_evicted_total"},  # keys evicted per second
         {"fpa_requests_running", "fpa_requests_waiting"},

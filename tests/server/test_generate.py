@@ -1,6 +1,7 @@
 """Generation through the daemon equals the engine's own: solo ModelRunner::generate
 (fpa-generate), the PyTorch reference decoder, and the same request alone vs in a batch of 32."""
 import concurrent.futures
+import math
 import os
 import sys
 
@@ -233,3 +234,25 @@ def test_command_line_client(server):
     bad = subprocess.run(cli + ["generate", "x", "--top-p", "2"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 1 and "INVALID_ARGUMENT: top_p" in bad.stderr
+
+
+def test_top_logprobs_and_prompt_logprobs_over_grpc(server):
+    """vLLM's top_logprobs and prompt scoring through gRPC: alternatives likeliest first, the
+    sampled token's log-probability among them when it is the greedy one; a scored prompt with
+    max_new_tokens 0 generates nothing."""
+    r = server.client.generate("The sky is", max_new_tokens=6, temperature=0, logprobs=True,
+                               top_logprobs=3)
+    assert len(r.top_logprobs) == len(r.token_ids) == 6
+    for token, lp, top in zip(r.token_ids, r.logprobs, r.top_logprobs):
+        assert len(top.token_ids) == 3 and list(top.logprobs) == sorted(top.logprobs, reverse=True)
+        assert top.token_ids[0] == token and abs(top.logprobs[0] - lp) < 1e-6  # greedy
+    prompt = [256] + list(b"The sky is")
+    scored = server.client.generate(prompt, max_new_tokens=0, prompt_logprobs=True,
+                                    top_logprobs=2, eviction_policy="none")
+    assert scored.usage.generated_tokens == 0 and not scored.token_ids
+    assert len(scored.prompt_logprobs) == len(prompt) == len(scored.prompt_top_logprobs)
+    assert math.isnan(scored.prompt_logprobs[0])
+    assert all(x <= 0 for x in scored.prompt_logprobs[1:])
+    # Position i's alternatives predict prompt token i: their best is at least its logprob.
+    for lp, top in zip(scored.prompt_logprobs[1:], scored.prompt_top_logprobs[1:]):
+        assert top.logprobs[0] >= lp - 1e-6

@@ -31,6 +31,14 @@ BAD = [
     ("snapkv window 0", dict(eviction_policy="snapkv", snapkv_window=0), "snapkv_window"),
     ("snapkv even pool", dict(eviction_policy="snapkv", snapkv_pool=4), "snapkv_pool"),
     ("snapkv pool 0", dict(eviction_policy="snapkv", snapkv_pool=0), "snapkv_pool"),
+    ("repetition penalty 0", dict(repetition_penalty=0.0), "repetition_penalty"),
+    ("presence penalty 3", dict(presence_penalty=3.0), "presence_penalty"),
+    ("nan frequency penalty", dict(frequency_penalty=math.nan), "frequency_penalty"),
+    ("min_p > 1", dict(min_p=1.5), "min_p"),
+    ("min_tokens > max", dict(max_new_tokens=4, min_tokens=5), "min_tokens"),
+    ("bias id out of vocab", dict(logit_bias={300: 1.0}), "logit_bias"),
+    ("bias 101", dict(logit_bias={65: 101.0}), "logit_bias"),
+    ("top_logprobs 21", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
 ]
 
 
@@ -94,4 +102,4 @@ def test_garbage_bytes_on_the_ports(server):
         _send_raw(server.metrics_port, data)
     assert server.client.health() == "SERVING"
     assert server.client.generate("still serving", max_new_tokens=3).usage.generated_tokens == 3
-    assert "fpa_cache_pages_total" in server.metrics()
+    assert "fpa_cache_pages" in server.metrics()
