@@ -43,6 +43,11 @@ def parse_args(argv=None):
     p.add_argument("--prompts", type=int, default=40, help="distinct prompts, cycled")
     p.add_argument("--server-flag", action="append", default=[],
                    help="extra fpa-serve flag, e.g. --server-flag=--prefill-chunk=1024")
+    p.add_argument("--versus", action="append", default=[],
+                   help="a second fpa-serve with these extra flags (e.g. --versus=--prefix-cache=0)"
+                        ": every phase runs on both, back to back, and the table gains its rows")
+    p.add_argument("--policies", nargs="+", default=["fpa", "none", "window"],
+                   choices=["fpa", "none", "window"])
     p.add_argument("--json", help="write the per-phase records here")
     return p.parse_args(argv)
 
@@ -145,56 +150,91 @@ def total(records, policy):
                 accuracy=sum(r["accuracy"] * r["completed"] for r in rs) / done if done else 0.0)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    server = Server("--cache-bytes", str(args.cache_bytes), "--threads", str(args.threads),
-                    "--max-new-tokens", "4096", *args.server_flag, model=args.model)
-    try:
-        info = server.client.model_info()
-        prompts = make_prompts(info.train_len, [args.length],
-                               [i / (args.prompts - 1) for i in range(args.prompts)], 1, 7)
-        stats = server.client.cache_stats()
-        print(f"model {args.model}: prompts of {int(args.length * info.train_len)} tokens, "
-              f"{args.new_tokens} new, pool {args.cache_bytes >> 20} MiB = {stats.pages_total} "
-              f"pages, {args.clients} clients, {args.rounds} x {args.phase_seconds:g} s a policy")
-        records, budget = [], None
-        for rnd in range(args.rounds):
-            for policy in ("fpa", "none", "window"):
+def start(args, extra):
+    return Server("--cache-bytes", str(args.cache_bytes), "--threads", str(args.threads),
+                  "--max-new-tokens", "4096", *args.server_flag, *extra, model=args.model)
+
+
+def run_phases(servers, prompts, args):
+    """Every round: each policy on each server, back to back (window at fpa's held fraction)."""
+    records = []
+    for rnd in range(args.rounds):
+        for policy in args.policies:
+            for label, server in servers:
+                budget = None
                 if policy == "window":
                     held = [r["held_fraction"] for r in records
                             if r["policy"] == "fpa" and r["held_fraction"] is not None]
                     if not held:
                         continue  # no fpa request finished yet: no budget to match
                     budget = round(statistics.mean(held), 4)
-                rec = Phase(server, prompts, policy, budget if policy == "window" else None,
-                            args).run()
-                rec["round"] = rnd
+                rec = Phase(server, prompts, policy, budget, args).run()
+                rec.update(round=rnd, server=label)
                 records.append(rec)
-                print(f"  round {rnd} {policy:>6}: {rec['completed']:3d} done, "
+                print(f"  round {rnd} {label}{policy:>6}: {rec['completed']:3d} done, "
                       f"{rec['tokens_per_s']:7.1f} tok/s, peak {rec['peak_sequences']} resident "
                       f"{rec['peak_decoding']} decoding, "
                       f"{rec['preemptions']:.0f} preempted, {rec['failed']} failed, "
                       f"accuracy {rec['accuracy']:.2f}", flush=True)
-    finally:
-        server.stop()
-    rows = [total(records, p) for p in ("fpa", "none", "window")
-            if any(r["policy"] == p for r in records)]
-    print("| policy | budget | req/s | tok/s | peak resident seqs | peak decoding | preemptions "
-          "| failed | accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    return records
+
+
+def print_table(records, servers, args):
+    rows = []
+    for label, _ in servers:
+        mine = [r for r in records if r["server"] == label]
+        rows += [dict(total(mine, p), server=label) for p in args.policies
+                 if any(r["policy"] == p for r in mine)]
+    print("| server | policy | budget | req/s | tok/s | peak resident seqs | peak decoding "
+          "| preemptions | failed | accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['policy']} | {r['budget'] if r['budget'] is not None else '-'} | "
+        print(f"| {r['server'] or 'defaults'} | {r['policy']} | "
+              f"{r['budget'] if r['budget'] is not None else '-'} | "
               f"{r['requests_per_s']:.2f} | {r['tokens_per_s']:.1f} | {r['peak_sequences']} | "
               f"{r['peak_decoding']} | "
               f"{r['preemptions']:.0f} | {r['failed']} | {r['accuracy']:.2f} |")
-    fpa, none = rows[0], rows[1]
-    print(f"fpa / none: throughput {fpa['requests_per_s'] / max(none['requests_per_s'], 1e-9):.2f}x, "
-          f"peak resident sequences {fpa['peak_sequences'] / max(none['peak_sequences'], 1):.2f}x")
+    by = {(r["server"], r["policy"]): r for r in rows}
+    if ("", "fpa") in by and ("", "none") in by:
+        fpa, none = by[("", "fpa")], by[("", "none")]
+        print(f"fpa / none: throughput "
+              f"{fpa['requests_per_s'] / max(none['requests_per_s'], 1e-9):.2f}x, peak resident "
+              f"sequences {fpa['peak_sequences'] / max(none['peak_sequences'], 1):.2f}x")
+    for label, _ in servers[1:]:
+        for p in args.policies:
+            if ("", p) in by and (label, p) in by:
+                a, b = by[("", p)], by[(label, p)]
+                print(f"{p}, defaults / {label.strip()}: throughput "
+                      f"{a['requests_per_s'] / max(b['requests_per_s'], 1e-9):.2f}x, tok/s "
+                      f"{a['tokens_per_s'] / max(b['tokens_per_s'], 1e-9):.2f}x, failed "
+                      f"{a['failed']} vs {b['failed']}")
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    servers = [("", start(args, []))]
+    try:
+        if args.versus:
+            servers.append((" ".join(args.versus) + " ", start(args, args.versus)))
+        client = servers[0][1].client
+        info = client.model_info()
+        prompts = make_prompts(info.train_len, [args.length],
+                               [i / (args.prompts - 1) for i in range(args.prompts)], 1, 7)
+        stats = client.cache_stats()
+        print(f"model {args.model}: prompts of {int(args.length * info.train_len)} tokens, "
+              f"{args.new_tokens} new, pool {args.cache_bytes >> 20} MiB = {stats.pages_total} "
+              f"pages, {args.clients} clients, {args.rounds} x {args.phase_seconds:g} s a policy"
+              + (f", versus {' '.join(args.versus)}" if args.versus else ""))
+        records = run_phases(servers, prompts, args)
+    finally:
+        for _, server in servers:
+            server.stop()
+    rows = print_table(records, servers, args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(args=vars(args), phases=records, totals=rows), f, indent=1)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -117,6 +117,23 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
+// The prefix cache's share of the pool: the flag's, or the default unless the model cannot use
+// it (then off, said in the log).
+absl::StatusOr<double> prefix_cache_share(const ServeOptions& o, const ModelConfig& config) {
+  // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
+  if (!config.k_shift && !config.v_shift) return o.prefix_cache;
+  if (o.prefix_cache_given && o.prefix_cache > 0) {
+    return absl::InvalidArgumentError(
+        "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
+        "with the prefix cache yet; leave it at 0");
+  }
+  if (o.prefix_cache > 0) {
+    std::cerr << "fpa-serve: prefix cache off: the model's key/value shift does not work with it "
+                 "yet\n";
+  }
+  return 0.0;
+}
+
 int serve(const ServeOptions& o) {
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
   // bf16 weights on the CPU read a BF16 file's projections as stored: no float32 copy.
@@ -127,10 +144,9 @@ int serve(const ServeOptions& o) {
     return 1;
   }
   const ModelConfig& config = (*model)->config();
-  // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
-  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
-    std::cerr << "fpa-serve: --prefix-cache: the model's key/value shift (use_k_shift, "
-                 "use_v_shift) does not work with the prefix cache yet; leave it at 0\n";
+  const absl::StatusOr<double> prefix_share = prefix_cache_share(o, config);
+  if (!prefix_share.ok()) {
+    std::cerr << "fpa-serve: " << prefix_share.status().message() << "\n";
     return 1;
   }
   absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda);
@@ -146,7 +162,7 @@ int serve(const ServeOptions& o) {
   ModelRunner runner(**model, **kv, std::move(*backend));
 
   const std::string model_name = served_model_name(o);
-  ServerMetrics metrics(**kv, model_name, o.prefix_cache > 0);
+  ServerMetrics metrics(**kv, model_name, *prefix_share > 0);
   http::Limits http_limits;
   http_limits.on_failure = [&metrics] { metrics.add_http_failure(); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http = http::HttpServer::start(
@@ -158,7 +174,7 @@ int serve(const ServeOptions& o) {
 
   Scheduler scheduler(runner,
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
-                       o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
+                       o.cache_pages ? "--cache-pages" : "--cache-bytes", *prefix_share},
                       &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
