@@ -9,6 +9,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "proto/fpa/v1/fpa.grpc.pb.h"
+#include "kernels/cpu/formats.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/validate.h"
@@ -17,6 +18,7 @@ namespace fpa::server {
 
 struct ServiceInfo {
   std::string backend;
+  CpuFormats formats;  // the CPU backend's, "auto" resolved; empty on CUDA
   RequestLimits limits;
   int max_batch = 0;
 };

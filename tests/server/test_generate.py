@@ -201,11 +201,12 @@ def test_reflection_lists_the_service(server):
 
 
 def test_shipped_model_matches_engine(make_server):
-    """The default model, models/fpa-v2, through the daemon equals solo generation."""
+    """The default model, models/fpa-v2, through the daemon equals solo generation (float32, as
+    fpa-generate runs it: the model's config lets --cpu-weights auto pick int8)."""
     model = os.path.join(REPO, "models", "fpa-v2")
     if not os.path.exists(os.path.join(model, "model.safetensors")):
         pytest.skip("models/fpa-v2 is not trained yet")
-    s = make_server(model=model)
+    s = make_server("--cpu-weights", "f32", "--kv-dtype", "f32", model=model)
     prompt = "There is an important info hidden inside a lot of irrelevant text. The pass key is"
     resp = s.client.generate(prompt, max_new_tokens=24)
     assert list(resp.token_ids) == solo_generate(prompt, model=model, max_new_tokens=24)
