@@ -182,12 +182,8 @@ void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPoo
     const int stride = static_cast<int>(w.block() / 64);
     uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
     quantize_tokens(x, n, w.cols(), stride, xq, sx);
-    const int blocks = (w.rows() + 63) / 64;
-    const int threads = pool != nullptr ? pool->threads() : 1;
-    const int parts = std::min(blocks, threads * 4);  // a fast thread can take a slow one's share
-    parallel_for(pool, parts, static_cast<long>(n) * w.rows() * w.cols(), [&](int i) {
-      gemv_blocks(w, xq, sx, n, y, blocks * i / parts, blocks * (i + 1) / parts, accumulate);
-    });
+    for_output_blocks(pool, w.rows(), static_cast<long>(n) * w.rows() * w.cols(),
+                      [&](int b0, int b1) { gemv_blocks(w, xq, sx, n, y, b0, b1, accumulate); });
     return;
   }
   uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * w.cols());
