@@ -188,8 +188,9 @@ int serve(const ServeOptions& o) {
   info.max_batch = o.max_batch;
   FpaServiceImpl service(model, **kv, scheduler, metrics, info);
 
-  OpenAiApi api(scheduler, metrics,
-                {model_name, info.limits, attention_kind_name(config.attention), o.api_key});
+  OpenAiApi api(
+      scheduler, metrics,
+      {model_name, info.limits, attention_kind_name(config.attention), o.api_key, formats});
   absl::StatusOr<std::unique_ptr<http::HttpServer>> api_http =
       http::HttpServer::start(o.http_address, http_limits, api.handler());
   if (!api_http.ok()) {

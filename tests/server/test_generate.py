@@ -1,8 +1,11 @@
 """Generation through the daemon equals the engine's own: solo ModelRunner::generate
 (fpa-generate), the PyTorch reference decoder, and the same request alone vs in a batch of 32."""
 import concurrent.futures
+import json
 import os
+import re
 import sys
+import urllib.request
 
 import pytest
 
@@ -234,3 +237,16 @@ def test_command_line_client(server):
     bad = subprocess.run(cli + ["generate", "x", "--top-p", "2"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 1 and "INVALID_ARGUMENT: top_p" in bad.stderr
+
+
+def test_formats_are_reported(make_server):
+    """ModelInfo and /v1/models say which CPU formats the server runs: an explicit choice as
+    given, auto as picked (float32 for a model whose config lists no measured formats)."""
+    s = make_server("--cpu-weights", "auto", "--kv-dtype", "bf16")
+    info = s.client.model_info()
+    assert (info.cpu_weights, info.kv_dtype) == ("f32", "bf16")
+    port = re.search(r":(\d+) \(http\)", s.output()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+        model = json.loads(r.read())["data"][0]
+    assert (model["cpu_weights"], model["kv_dtype"]) == ("f32", "bf16")
+    assert "cpu weights f32 (--cpu-weights auto), kv pages bf16" in s.output()
