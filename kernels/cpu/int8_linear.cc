@@ -18,10 +18,6 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 
-// Token counts the hand-written kernel takes; oneDNN's brgemm takes more.
-// TODO(issue 26): measure the crossover against oneDNN's u8 x s8 matmul on a quiet machine (the
-// bf16 one-token kernel beat oneDNN's by 10-60% on cold weights; 8 is a guess, not a figure).
-constexpr int kGemvTokens = 8;
 constexpr int kTile = 4;  // tokens per pass over a block: 4 x 4 accumulators + 4 weight registers
 
 // As in bf16_linear.cc: compiled for its target whatever -march says, run only where
@@ -105,7 +101,7 @@ using DotFn = void (*)(const int8_t*, int, const uint8_t*, int, int32_t (*)[64])
 constexpr std::array<DotFn, kTile> kDot = {&dot_block_tokens<1>, &dot_block_tokens<2>,
                                            &dot_block_tokens<3>, &dot_block_tokens<4>};
 
-// n <= kGemvTokens tokens against blocks [b0, b1): each block streamed once from memory, its
+// A few tokens against blocks [b0, b1): each block streamed once from memory, its
 // token tiles reading it again from the L1/L2 cache.
 void gemv_blocks(const Int8Matrix& w, const uint8_t* x, const float* sx, int n, float* y, int b0,
                  int b1, bool accumulate) {
@@ -176,9 +172,9 @@ Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols), scale_(m
 }
 
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
-                 bool accumulate) {
+                 bool accumulate, int gemv_tokens) {
   float* sx = scratch<float>(n);
-  if (n <= kGemvTokens && w.block() > 0) {
+  if (n <= gemv_tokens && w.block() > 0) {
     const int stride = static_cast<int>(w.block() / 64);
     uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
     quantize_tokens(x, n, w.cols(), stride, xq, sx);
