@@ -7,9 +7,9 @@
 #include <string>
 
 #include "cache/kv_cache.h"
+#include "kernels/cpu/formats.h"
 #include "model/model.h"
 #include "proto/fpa/v1/fpa.grpc.pb.h"
-#include "kernels/cpu/formats.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/validate.h"
