@@ -16,6 +16,7 @@
 #include "bench/decode_tokens.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/formats.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/model_runner.h"
 
@@ -31,8 +32,10 @@ ABSL_FLAG(int, windows, 4, "timing windows the steps are split into (the fastest
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(float, tau, 0.0f, "eviction threshold (0 = the model's)");
 ABSL_FLAG(int, prefill_chunk, 256, "prompt tokens per prefill step");
-ABSL_FLAG(std::string, cpu_weights, "f32", "f32 | bf16: the CPU backend's projection weights");
-ABSL_FLAG(std::string, kv_dtype, "f32", "f32 | bf16: the KV cache pages' keys and values");
+ABSL_FLAG(std::string, cpu_weights, "f32",
+          "f32 | bf16 | int8 | auto: the CPU backend's projection weights (auto as fpa-serve's)");
+ABSL_FLAG(std::string, kv_dtype, "f32",
+          "f32 | bf16 | auto: the KV cache pages' keys and values (auto as fpa-serve's)");
 
 namespace fpa::bench {
 namespace {
@@ -77,18 +80,17 @@ void prefill(ModelRunner& runner, const std::vector<cache::SeqId>& seqs, int con
   }
 }
 
-nlohmann::json run(const Model& model, const Config& cfg) {
+nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& formats) {
   const ModelConfig& c = model.config();
   const int steps = absl::GetFlag(FLAGS_steps);
   const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, 16,
-                                absl::GetFlag(FLAGS_kv_dtype) == "bf16" ? 2 : 4};
+                                formats.kv == "bf16" ? 2 : 4};
   const int64_t pages = static_cast<int64_t>(cfg.batch) * c.n_layers * c.n_heads *
                         ((cfg.context + steps) / shape.page_slots + 2);
   auto cache = cache::KvCache::create(shape, pages);
   check(cache.status());
-  auto backend = make_cpu_backend(
-      model, **cache, absl::GetFlag(FLAGS_threads),
-      absl::GetFlag(FLAGS_cpu_weights) == "bf16" ? CpuWeights::kBf16 : CpuWeights::kF32);
+  auto backend = make_cpu_backend(model, **cache, absl::GetFlag(FLAGS_threads),
+                                  cpu_weights_named(formats.weights));
   check(backend.status());
   ModelRunner runner(model, **cache, *std::move(backend));
   const float tau = absl::GetFlag(FLAGS_tau) > 0 ? absl::GetFlag(FLAGS_tau) : c.tau;
@@ -138,6 +140,8 @@ nlohmann::json run(const Model& model, const Config& cfg) {
           {"batch", cfg.batch},
           {"context", cfg.context},
           {"evict", cfg.evict},
+          {"cpu_weights", formats.weights},
+          {"kv_dtype", formats.kv},
           {"tau", tau},
           {"steps", steps},
           {"seconds", total},
@@ -153,14 +157,15 @@ nlohmann::json run(const Model& model, const Config& cfg) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  auto model = fpa::Model::load(absl::GetFlag(FLAGS_model),
-                                {.keep_bf16 = absl::GetFlag(FLAGS_cpu_weights) == "bf16"});
-  fpa::bench::check(model.status());
+  auto loaded = fpa::load_for_cpu(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_cpu_weights),
+                                  absl::GetFlag(FLAGS_kv_dtype));
+  fpa::bench::check(loaded.status());
+  const fpa::Model& model = *loaded->model;
   for (int context : fpa::bench::ints(absl::GetFlag(FLAGS_context))) {
     for (int batch : fpa::bench::ints(absl::GetFlag(FLAGS_batch))) {
       for (const std::string& e : absl::GetFlag(FLAGS_evict)) {
         const fpa::bench::Config cfg{batch, context, e == "on"};
-        std::cout << fpa::bench::run(**model, cfg).dump() << std::endl;
+        std::cout << fpa::bench::run(model, cfg, loaded->formats).dump() << std::endl;
       }
     }
   }

@@ -17,6 +17,9 @@ The mapping:
     `llama.vocab_size` makes llama.cpp accept token ids 0..258 as they are (the driver feeds ids).
   * `--dtype bf16` stores the matrices (embedding included) in bf16, rounded to nearest even as
     llama.cpp's converter does; norm weights stay f32, as there.
+  * `--dtype q8_0` stores them as llama.cpp's Q8_0 (issue 26): blocks of 32 values along a row,
+    each an f16 scale d = max|x| / 127 and 32 int8 values round(x / d), as ggml's reference
+    quantize_row_q8_0 computes them; norm weights stay f32, as llama.cpp's quantize leaves them.
 """
 from __future__ import annotations
 
@@ -35,8 +38,28 @@ import safetensors_io  # noqa: E402
 ALIGN = 32
 # gguf value types and ggml tensor types (gguf.h / ggml.h)
 U32, F32V, STRING, ARRAY = 4, 6, 8, 9
-GGML_F32, GGML_BF16 = 0, 30
-FILE_TYPE = {"f32": 0, "bf16": 32}  # LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_BF16
+GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
+# LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_BF16, LLAMA_FTYPE_MOSTLY_Q8_0
+FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7}
+QK8_0 = 32  # values per Q8_0 block
+
+
+class Q8_0:
+    """A matrix in ggml's Q8_0 layout: `data` holds each row's blocks of (f16 d, 32 x int8)."""
+
+    def __init__(self, a: np.ndarray):
+        rows, cols = a.shape
+        if cols % QK8_0:
+            raise ValueError(f"Q8_0 needs rows of a multiple of {QK8_0} values, not {cols}")
+        x = np.ascontiguousarray(a, dtype=np.float32).reshape(rows, cols // QK8_0, QK8_0)
+        d = np.abs(x).max(axis=2) / np.float32(127)
+        inv = np.divide(1, d, out=np.zeros_like(d), where=d > 0)
+        y = x * inv[..., None]
+        q = np.trunc(y + np.copysign(np.float32(0.5), y)).astype(np.int8)  # roundf: half away
+        blocks = np.empty((rows, cols // QK8_0), dtype=[("d", "<f2"), ("q", "i1", QK8_0)])
+        blocks["d"], blocks["q"] = d.astype(np.float16), q
+        self.shape, self.ndim, self.data = a.shape, 2, blocks
+
 
 
 def permute_rope(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -109,10 +132,13 @@ def write(path: str, kvs: list, tensors: dict) -> None:
         head += _str(key) + struct.pack("<I", kind) + _value(kind, v)
     blobs, offset = [], 0
     for name, a in tensors.items():
-        kind = GGML_BF16 if a.dtype == np.uint16 else GGML_F32
         head += _str(name) + struct.pack("<I", a.ndim) + struct.pack(f"<{a.ndim}Q", *a.shape[::-1])
+        if isinstance(a, Q8_0):
+            kind, raw = GGML_Q8_0, a.data.tobytes()
+        else:
+            kind = GGML_BF16 if a.dtype == np.uint16 else GGML_F32
+            raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
         head += struct.pack("<IQ", kind, offset)
-        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
         blobs.append(raw + b"\0" * (-len(raw) % ALIGN))
         offset += len(blobs[-1])
     with open(path, "wb") as f:
@@ -128,8 +154,9 @@ def convert(model_dir: str, out_path: str, dtype: str = "f32") -> None:
         raise ValueError(f"{model_dir}: only softmax models with RoPE have a llama equivalent")
     raw, _ = safetensors_io.load(os.path.join(model_dir, "model.safetensors"))
     tensors = llama_tensors(cfg, {k: v.float().numpy() for k, v in raw.items()})
-    if dtype == "bf16":
-        tensors = {k: to_bf16(v) if v.ndim == 2 else v for k, v in tensors.items()}
+    if dtype != "f32":
+        convert_matrix = {"bf16": to_bf16, "q8_0": Q8_0}[dtype]
+        tensors = {k: convert_matrix(v) if v.ndim == 2 else v for k, v in tensors.items()}
     write(out_path, metadata(cfg, dtype, os.path.basename(os.path.normpath(model_dir))), tensors)
 
 

@@ -1,7 +1,8 @@
-"""fpa-serve's CPU backend and llama.cpp on the same models, in one interleaved run (issue 12).
+"""fpa-serve's CPU backend and llama.cpp on the same models, in one interleaved run (issues 12, 26).
 
     /usr/bin/python3 bench/llama_cpp_compare.py [--bench build/bench/fpa-decode-bench]
         [--shapes tiny 25m 85m] [--steps 64] [--windows 8] [--threads 2] [--rounds 2]
+        [--ours-weights f32|bf16|int8|auto] [--ours-kv f32|bf16|auto] [--smoke]
 
 (about 9 minutes with --rounds 2 on the 2-core machine at load average 1-2; 5 with one round)
 
@@ -13,27 +14,36 @@ What it does, all under bench/out/llama_cpp/ (git-ignored):
      bench/llama_cpp_driver.cc is compiled against them with g++.
   2. Models: the tiny shape is the shipped models/softmax-tiny and models/fpa-tiny (d_model 160,
      3 layers, 2x64 heads, d_ff 512); the 25M (512, 8 layers, 8x64, 1376) and 85M (768, 12,
-     12x64, 2048) shapes get random weights (train/reference.py's init_weights, seed 0, the FPA
-     walk's bias -0.1 as in bench/decode_compare.py), softmax with RoPE theta 10000 and FPA with
-     free levels. Each softmax model is written as GGUF (bench/gguf_write.py) in f32 and bf16.
+     12x64, 2048) shapes, and with --shapes 1b (2048, 16, 32x64, 5632), get random weights
+     (train/reference.py's init_weights, seed 0, the FPA walk's bias -0.1 as in
+     bench/decode_compare.py), softmax with RoPE theta 10000 and FPA with free levels. Each
+     softmax model is written as GGUF (bench/gguf_write.py) in f32, bf16 and Q8_0 (llama.cpp's
+     int8 blocks of 32 with an f16 scale, from the same float weights our int8 quantizes per row).
   3. A logits check: llama.cpp's logits for a 200-token sequence of softmax-tiny against
-     train/reference.py's forward (max abs difference printed, f32 and bf16).
+     train/reference.py's forward (max abs difference printed, f32, bf16 and Q8_0).
   4. Per shape and case (decode at batch 1 with context 512 and 4096, batch 8 and 32 at 512;
      prefill 512 and 4096 from the batch-1 runs), one process per engine configuration, in an
      order that rotates from case to case: fpa-serve softmax (full cache), fpa-serve FPA
      (eviction on at the model's tau), llama.cpp f32 weights + f32 cache (flash attention off),
-     llama.cpp bf16 weights + f16 cache with flash attention. Every side runs the
-     same token streams (bench/decode_tokens.h), the same number of timed steps, fastest window.
-Prints a markdown table: tokens/s of each side, ratios to llama.cpp (its f32 configuration and
-its fastest), and each side's fraction of the machine's limit (decode: bytes of weights + keys and
-values read per step over 28 GB/s; prefill: FLOPs over 380 GFLOP/s for f32 weights, 430 for
-bf16, this CPU's measured GEMM rates). FPA has no llama.cpp equivalent: its rows compare with
-llama.cpp's full-cache softmax.
+     llama.cpp bf16 weights + f16 cache with flash attention, llama.cpp Q8_0 weights + f16
+     cache with flash attention. Every side runs the same token streams
+     (bench/decode_tokens.h), the same number of timed steps, fastest window.
+  5. The machine's limits, measured on it at the start (build/bench/fpa-machine-limits): read
+     bandwidth over buffers of 4 MiB to 1 GiB (from the last-level cache to DRAM), oneDNN's
+     f32 / bf16 / int8 product rates, the CPU's model, cache sizes and features.
+Prints the limits, then a markdown table: tokens/s of each side, ratios to llama.cpp (its f32
+configuration, its Q8_0 and its fastest), and each side's fraction of the limit that applies
+(decode: bytes of weights + keys and values read per step over the read bandwidth measured at
+that many bytes, so weights in the cache are held to the cache's rate and larger ones to DRAM's;
+prefill: FLOPs over the product rate of the side's weight format). FPA has no llama.cpp
+equivalent: its rows compare with llama.cpp's full-cache softmax. --smoke: the tiny shape, a few
+steps, one case per kind: checks that everything runs, its figures mean nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -49,24 +59,30 @@ import gguf_write  # noqa: E402
 from decode_compare import find_bench  # noqa: E402
 
 NPM_VERSION = "3.22.1"
-BANDWIDTH = 28e9  # DRAM read, 2 threads, 1 GiB array (issue 12)
-# GEMM, 2 threads: f32 at 2048^2 (issue 12); bf16 as oneDNN's brgemm reaches it here (430 GFLOP/s
-# at 512 x 1376 x 512; torch 366 at 2048^2). The issue's 1470 for bf16 needs AMX, which this CPU
-# (AVX512-BF16, no AMX in /proc/cpuinfo) lacks.
-FLOPS = {"f32": 380e9, "bf16": 430e9}
 SHAPES = {  # d_model, n_layers, n_heads, d_ff (head_dim 64)
     "tiny": (160, 3, 2, 512),
     "25m": (512, 8, 8, 1376),
     "85m": (768, 12, 12, 2048),
+    # Weights past a large last-level cache (issue 26 asks for shapes whose weights exceed it):
+    # 0.8G parameters, 0.85 GB as int8. Not in the default sweep: 3.3 GB of float32 per model.
+    "1b": (2048, 16, 32, 5632),
 }
 CASES = [(1, 512), (8, 512), (32, 512), (1, 4096)]  # (batch, context)
 # llama.cpp's fastest configuration per weight dtype on this machine (probed on the 25M shape,
 # bench/RESULTS.md): f32 decodes fastest without flash attention (with it, 5x slower at 4096);
 # bf16 weights with an f16 cache fastest with it (1.15-1.55x decode, 1.3-2.7x prefill).
+# Q8_0 with f16 cache and flash attention as bf16: the configuration its bf16 probe found fastest.
+# TODO(issue 26): probe Q8_0's flash/cache options on the quiet machine as bf16's were.
 LLAMA = {  # name: (gguf dtype, driver flags)
     "llama f32": ("f32", ["--flash", "off", "--cache", "f32"]),
     "llama bf16": ("bf16", ["--flash", "on", "--cache", "f16"]),
+    "llama q8_0": ("q8_0", ["--flash", "on", "--cache", "f16"]),
 }
+# Bytes a weight takes: Q8_0 is 34 bytes per 32 values; our int8 one byte plus a float32 scale
+# per row (under 1% at these widths, left out).
+WEIGHT_BYTES = {"f32": 4, "bf16": 2, "int8": 1, "q8_0": 34 / 32}
+# The product rate a side's prefill is held to (machine_limits' formats).
+RATE = {"f32": "f32", "bf16": "bf16", "int8": "int8", "q8_0": "int8"}
 
 
 def sh(cmd, **kw) -> str:
@@ -132,7 +148,7 @@ def write_models(out: str, shapes: list[str]) -> dict:
     for shape in shapes:
         m = {kind: os.path.join(ROOT, "models", f"{kind}-tiny") if shape == "tiny"
              else write_random(out, shape, kind) for kind in ("softmax", "fpa")}
-        for dtype in ("f32", "bf16"):
+        for dtype, _ in LLAMA.values():
             m[dtype] = os.path.join(out, "models", f"{shape}-softmax-{dtype}.gguf")
             if not os.path.exists(m[dtype]):
                 gguf_write.convert(m["softmax"], m[dtype], dtype)
@@ -179,21 +195,69 @@ def run_llama(lib: str, driver: str, gguf: str, flags: list, batch: int, context
     return json.loads(out.splitlines()[-1])
 
 
-def decode_fraction(shape: str, wbytes: int, kvbytes: int, r: dict, steps: int) -> float:
-    """(weights + every sequence's keys and values read) per step, times steps/s, over DRAM."""
+def machine_limits(bench: str, threads: int) -> dict:
+    """build/bench/fpa-machine-limits (beside the decode bench): the CPU, read GB/s by buffer
+    MiB, oneDNN's product GFLOP/s."""
+    tool = os.path.join(os.path.dirname(bench), "fpa-machine-limits")
+    return json.loads(sh([tool, f"--threads={threads}"]).splitlines()[-1])
+
+
+def limits_lines(lim: dict) -> list[str]:
+    c = lim["cpu"]
+    return [f"machine: {c['model']}, {c['online_cpus']} CPUs online; L1d {c['l1d_bytes'] >> 10} "
+            f"KiB, L2 {c['l2_bytes'] >> 10} KiB, L3 {c['l3_bytes'] >> 20} MiB (as the OS reports "
+            f"them); AVX512-BF16 {c['avx512_bf16']}, AVX512-VNNI {c['avx512_vnni']}",
+            f"read bandwidth, {lim['threads']} threads (GB/s by buffer MiB): " + ", ".join(
+                f"{k} MiB {v:.1f}" for k, v in sorted(lim["read_gbps"].items(),
+                                                       key=lambda kv: int(kv[0]))),
+            "oneDNN products {}x{}x{} (GFLOP/s): ".format(*lim["gemm_shape"]) + ", ".join(
+                f"{k} {v:.0f}" for k, v in lim["gflops"].items())]
+
+
+def read_bandwidth(lim: dict, nbytes: float) -> float:
+    """Bytes/s the machine reads a working set of nbytes at: interpolated in log size between
+    the measured buffers, flat beyond them (a set in the cache is held to the cache's rate, a
+    larger one to DRAM's)."""
+    pts = sorted((int(k) << 20, v * 1e9) for k, v in lim["read_gbps"].items())
+    if nbytes <= pts[0][0]:
+        return pts[0][1]
+    for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
+        if nbytes <= s1:
+            return b0 + math.log(nbytes / s0) / math.log(s1 / s0) * (b1 - b0)
+    return pts[-1][1]
+
+
+def side_format(name: str, r: dict) -> tuple[str, int]:
+    """(weight format, bytes per cached key or value element) of one side's result."""
+    if name.startswith("ours"):
+        return r["cpu_weights"], 2 if r["kv_dtype"] == "bf16" else 4
+    dtype, flags = LLAMA[name]
+    return dtype, 4 if flags[flags.index("--cache") + 1] == "f32" else 2
+
+
+def step_bytes(shape: str, name: str, r: dict, steps: int) -> float:
+    """Weights + every sequence's keys and values read in one decode step."""
     _, layers, heads, _ = SHAPES[shape]
+    wfmt, kvbytes = side_format(name, r)
     kv = 2 * layers * heads * 64 * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
-    per_step = weight_count(shape) * wbytes + r["batch"] * kv * kvbytes
-    return per_step * r["tokens_per_s"] / r["batch"] / BANDWIDTH
+    return weight_count(shape) * WEIGHT_BYTES[wfmt] + r["batch"] * kv * kvbytes
 
 
-def prefill_fraction(shape: str, dtype: str, r: dict) -> float:
+def decode_fraction(shape: str, name: str, r: dict, steps: int, lim: dict) -> float:
+    """Bytes per step times steps/s over the read bandwidth at that many bytes."""
+    per_step = step_bytes(shape, name, r, steps)
+    return per_step * r["tokens_per_s"] / r["batch"] / read_bandwidth(lim, per_step)
+
+
+def prefill_fraction(shape: str, name: str, r: dict, lim: dict) -> float:
     """Matrix FLOPs of a prompt token plus causal attention (q.k and p.v over T/2 keys on
-    average; no lm_head: both sides take logits of the last token only)."""
+    average; no lm_head: both sides take logits of the last token only) over the product rate
+    of the side's weight format."""
     d, layers, heads, ff = SHAPES[shape]
     flops = 2 * layers * (4 * heads * 64 * d + 3 * ff * d) + 4 * layers * heads * 64 * r[
         "context"] / 2
-    return flops * r["prefill_tokens_per_s"] / FLOPS[dtype]
+    rate = lim["gflops"][RATE[side_format(name, r)[0]]] * 1e9
+    return flops * r["prefill_tokens_per_s"] / rate
 
 
 def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: str, a):
@@ -205,12 +269,6 @@ def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: 
         out.append((name, lambda d=dtype, f=flags: run_llama(lib, driver, m[d], f, batch,
                                                              context, a)))
     return out
-
-
-BYTES = {  # side: (weight bytes, cache bytes, prefill dtype); ours as --ours-weights/-kv say
-    "ours softmax": (4, 4, "f32"), "ours fpa": (4, 4, "f32"), "llama f32": (4, 4, "f32"),
-    "llama bf16": (2, 2, "bf16"),
-}
 
 
 def best(old: dict | None, new: dict) -> dict:
@@ -228,7 +286,7 @@ def measure(models: dict, lib: str, driver: str, a) -> list[dict]:
     rows, turn = {}, 0
     for _ in range(a.rounds):
         for shape in a.shapes:
-            for batch, context in CASES:
+            for batch, context in a.cases:
                 todo = sides(shape, batch, context, models, lib, driver, a)
                 turn += 1
                 todo = todo[turn % len(todo):] + todo[:turn % len(todo)]
@@ -242,34 +300,59 @@ def measure(models: dict, lib: str, driver: str, a) -> list[dict]:
     return list(rows.values())
 
 
-SIDES = ("ours softmax", "ours fpa", "llama f32", "llama bf16")
+SIDES = ("ours softmax", "ours fpa", *LLAMA)
 
 
-def table(rows: list[dict], a) -> list[str]:
-    w = f"{a.ours_weights} weights, {a.ours_kv} cache"
-    head = (f"| shape | case | fpa-serve softmax ({w}) | fpa-serve FPA ({w}; live) | llama.cpp f32 | "
-            "llama.cpp bf16 | softmax / llama f32 | softmax / llama fastest | "
-            "FPA / llama fastest | limit: softmax / FPA / llama f32 / llama bf16 |")
+def decode_cells(r: dict, a, lim: dict) -> tuple[dict, list[str]]:
+    """Tokens/s per side, and the cells beyond the ratios: the applicable limit (ours softmax's
+    bytes per step and the bandwidth at that size), FPA's speed-up over llama.cpp's fastest
+    against the one its bytes allow, each side's fraction of its limit."""
+    s = r["sides"]
+    v = {k: s[k]["tokens_per_s"] for k in SIDES}
+    fastest = max(LLAMA, key=lambda k: v[k])
+    ours = step_bytes(r["shape"], "ours softmax", s["ours softmax"], a.steps)
+    allowed = (step_bytes(r["shape"], fastest, s[fastest], a.steps)
+               / step_bytes(r["shape"], "ours fpa", s["ours fpa"], a.steps))
+    frac = [decode_fraction(r["shape"], k, s[k], a.steps, lim) for k in SIDES]
+    return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s",
+               f"{v['ours fpa'] / v[fastest] / allowed:.2f} ({allowed:.2f}x allowed)",
+               " / ".join(f"{f:.2f}" for f in frac)]
+
+
+def prefill_cells(r: dict, lim: dict) -> tuple[dict, list[str]]:
+    s = r["sides"]
+    v = {k: s[k]["prefill_tokens_per_s"] for k in SIDES}
+    rate = lim["gflops"][RATE[side_format("ours softmax", s["ours softmax"])[0]]]
+    frac = [prefill_fraction(r["shape"], k, s[k], lim) for k in SIDES]
+    return v, [f"{rate:.0f} GFLOP/s", "", " / ".join(f"{f:.2f}" for f in frac)]
+
+
+def table(rows: list[dict], a, lim: dict) -> list[str]:
+    first = rows[0]["sides"]["ours softmax"]
+    w = f"{first['cpu_weights']} weights, {first['kv_dtype']} cache"
+    head = (f"| shape | case | fpa-serve softmax ({w}) | fpa-serve FPA ({w}; live) | "
+            "llama.cpp f32 | llama.cpp bf16 | llama.cpp Q8_0 | softmax / llama f32 | "
+            "softmax / llama Q8_0 | softmax / llama fastest | FPA / llama fastest | limit "
+            "(ours softmax) | FPA speed-up / what its bytes allow | fraction of limit: softmax / "
+            "FPA / llama f32 / llama bf16 / llama Q8_0 |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         for kind in ("decode", "prefill") if r["batch"] == 1 else ("decode",):
-            s = r["sides"]
             if kind == "decode":
-                v = {k: s[k]["tokens_per_s"] for k in SIDES}
-                frac = {k: decode_fraction(r["shape"], *BYTES[k][:2], s[k], a.steps) for k in SIDES}
+                v, cells = decode_cells(r, a, lim)
                 case = f"decode b{r['batch']} @{r['context']}"
-                live = f" ({s['ours fpa']['live_fraction']:.2f})"
+                live = f" ({r['sides']['ours fpa']['live_fraction']:.2f})"
             else:
-                v = {k: s[k]["prefill_tokens_per_s"] for k in SIDES}
-                frac = {k: prefill_fraction(r["shape"], BYTES[k][2], s[k]) for k in SIDES}
+                v, cells = prefill_cells(r, lim)
                 case, live = f"prefill {r['context']}", ""
-            fastest = max(v["llama f32"], v["llama bf16"])
+            fastest = max(v[k] for k in LLAMA)
             lines.append(
                 f"| {r['shape']} | {case} | {v['ours softmax']:.0f} | {v['ours fpa']:.0f}{live} | "
-                f"{v['llama f32']:.0f} | {v['llama bf16']:.0f} | "
-                f"{v['ours softmax'] / v['llama f32']:.2f}x | {v['ours softmax'] / fastest:.2f}x | "
-                f"{v['ours fpa'] / fastest:.2f}x | "
-                + " / ".join(f"{frac[k]:.2f}" for k in SIDES) + " |")
+                + " | ".join(f"{v[k]:.0f}" for k in LLAMA) + " | "
+                f"{v['ours softmax'] / v['llama f32']:.2f}x | "
+                f"{v['ours softmax'] / v['llama q8_0']:.2f}x | "
+                f"{v['ours softmax'] / fastest:.2f}x | "
+                f"{v['ours fpa'] / fastest:.2f}x | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -277,21 +360,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="fpa-decode-bench binary (default: newest build*/bench/)")
     ap.add_argument("--out", default=os.path.join(HERE, "out", "llama_cpp"))
-    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["tiny", "25m", "85m"])
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1,
                     help="sweeps over all cases; each side's fastest per case is reported")
     ap.add_argument("--no-check", action="store_true", help="skip the logits check")
-    ap.add_argument("--ours-weights", choices=("f32", "bf16"), default="f32",
+    ap.add_argument("--ours-weights", choices=("f32", "bf16", "int8", "auto"), default="f32",
                     help="fpa-serve's CPU projection weights (--cpu_weights of the bench)")
-    ap.add_argument("--ours-kv", choices=("f32", "bf16"), default="f32",
+    ap.add_argument("--ours-kv", choices=("f32", "bf16", "auto"), default="f32",
                     help="fpa-serve's KV cache pages (--kv_dtype of the bench)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the tiny shape, 8 steps, batch 1 and 8 at 512, no logits check: that "
+                         "everything runs (the figures mean nothing)")
     a = ap.parse_args()
-    ours = (2 if a.ours_weights == "bf16" else 4, 2 if a.ours_kv == "bf16" else 4,
-            a.ours_weights)
-    BYTES.update({"ours softmax": ours, "ours fpa": ours})
+    a.cases = CASES
+    if a.smoke:
+        a.shapes, a.steps, a.windows, a.rounds, a.no_check = ["tiny"], 8, 2, 1, True
+        a.cases = CASES[:2]
     a.bench = find_bench(a.bench)
     if not shutil.which("npm") or not shutil.which("g++"):
         sys.exit("needs npm and g++")
@@ -304,6 +391,8 @@ def main():
         release = json.load(f)["buildOptions"]["llamaCpp"]["release"]
     print(f"fpa-serve: {a.bench}; llama.cpp: @node-llama-cpp/linux-x64@{NPM_VERSION} "
           f"(llama.cpp release {release})")
+    lim = machine_limits(a.bench, a.threads)
+    print("\n".join(limits_lines(lim)))
     if not a.no_check:
         for line in check_logits(lib, driver, a.out):
             print(line)
@@ -313,9 +402,9 @@ def main():
           f"decode steps in {a.windows} windows, the fastest window's rate; best of {a.rounds} "
           f"round(s) per side and case; load average at end "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; wall {time.time() - t0:.0f} s\n")
-    print("\n".join(table(rows, a)))
+    print("\n".join(table(rows, a, lim)))
     with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"limits": lim, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

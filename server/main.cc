@@ -17,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
 #include "server/acceptor.h"
@@ -52,19 +53,29 @@ std::string served_model_name(const ServeOptions& o) {
   return dir.filename().string();
 }
 
+// The model as the backend reads it: for the CPU, in the formats the flags name ("auto"
+// resolved; the server logs the pick and ModelInfo reports it).
+absl::StatusOr<LoadedForCpu> load_model(const ServeOptions& o, bool use_cuda) {
+  if (!use_cuda) return load_for_cpu(o.model, o.cpu_weights, o.kv_dtype);
+  absl::StatusOr<std::unique_ptr<Model>> m = Model::load(o.model);
+  if (!m.ok()) return m.status();
+  return LoadedForCpu{*std::move(m), {}};
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> make_backend(const ServeOptions& o, const Model& model,
-                                                      cache::KvCache& cache, bool use_cuda) {
+                                                      cache::KvCache& cache, bool use_cuda,
+                                                      const CpuFormats& formats) {
   if (use_cuda) return make_cuda_backend(model, cache);
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  return make_cpu_backend(model, cache, std::max(threads, 1),
-                          o.cpu_weights == "bf16" ? CpuWeights::kBf16 : CpuWeights::kF32);
+  return make_cpu_backend(model, cache, std::max(threads, 1), cpu_weights_named(formats.weights));
 }
 
 absl::StatusOr<std::unique_ptr<cache::KvCache>> make_cache(const ServeOptions& o,
-                                                           const ModelConfig& c, bool use_cuda) {
+                                                           const ModelConfig& c, bool use_cuda,
+                                                           const CpuFormats& formats) {
   // A device backend keeps keys and values in its own memory, at its own dtype; the cache then
   // does the bookkeeping and counts the device's bytes.
-  const int host_kv_bytes = o.kv_dtype == "bf16" ? 2 : 4;
+  const int host_kv_bytes = formats.kv == "bf16" ? 2 : 4;
   const cache::CacheShape shape{c.n_layers, c.n_heads, c.head_dim, o.page_slots,
                                 use_cuda ? kv_bytes(CudaOptions{}) : host_kv_bytes};
   int64_t pages = o.cache_pages ? *o.cache_pages
@@ -136,30 +147,31 @@ absl::StatusOr<double> prefix_cache_share(const ServeOptions& o, const ModelConf
 
 int serve(const ServeOptions& o) {
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
-  // bf16 weights on the CPU read a BF16 file's projections as stored: no float32 copy.
-  const LoadOptions load{.keep_bf16 = !use_cuda && o.cpu_weights == "bf16"};
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::load(o.model, load);
-  if (!model.ok()) {
-    std::cerr << "fpa-serve: " << model.status().message() << "\n";
+  absl::StatusOr<LoadedForCpu> loaded = load_model(o, use_cuda);
+  if (!loaded.ok()) {
+    std::cerr << "fpa-serve: " << loaded.status().message() << "\n";
     return 1;
   }
-  const ModelConfig& config = (*model)->config();
+  const Model& model = *loaded->model;
+  const CpuFormats& formats = loaded->formats;
+  const ModelConfig& config = model.config();
   const absl::StatusOr<double> prefix_share = prefix_cache_share(o, config);
   if (!prefix_share.ok()) {
     std::cerr << "fpa-serve: " << prefix_share.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda);
+  absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda, formats);
   if (!kv.ok()) {
     std::cerr << "fpa-serve: " << kv.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<Backend>> backend = make_backend(o, **model, **kv, use_cuda);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      make_backend(o, model, **kv, use_cuda, formats);
   if (!backend.ok()) {
     std::cerr << "fpa-serve: backend: " << backend.status().message() << "\n";
     return 1;
   }
-  ModelRunner runner(**model, **kv, std::move(*backend));
+  ModelRunner runner(model, **kv, std::move(*backend));
 
   const std::string model_name = served_model_name(o);
   ServerMetrics metrics(**kv, model_name, *prefix_share > 0);
@@ -178,13 +190,15 @@ int serve(const ServeOptions& o) {
                       &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
-  info.limits = {config.vocab_size, &(*model)->tokenizer(), o.max_prompt_tokens, o.max_new_tokens,
+  info.formats = formats;
+  info.limits = {config.vocab_size, &model.tokenizer(), o.max_prompt_tokens, o.max_new_tokens,
                  o.tau.value_or(config.tau)};
   info.max_batch = o.max_batch;
-  FpaServiceImpl service(**model, **kv, scheduler, metrics, info);
+  FpaServiceImpl service(model, **kv, scheduler, metrics, info);
 
-  OpenAiApi api(scheduler, metrics,
-                {model_name, info.limits, attention_kind_name(config.attention), o.api_key});
+  OpenAiApi api(
+      scheduler, metrics,
+      {model_name, info.limits, attention_kind_name(config.attention), o.api_key, formats});
   http::Limits api_limits = http_limits;
   api_limits.max_connections =
       o.http_max_connections.value_or(std::max(1024, o.max_batch + o.max_queue + 64));
@@ -208,8 +222,12 @@ int serve(const ServeOptions& o) {
   std::string host = o.address.substr(0, o.address.rfind(':'));
   std::cout << "fpa-serve: " << config.n_layers << "-layer model from " << o.model << " on "
             << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages ("
-            << ((*kv)->shape().kv_bytes == 2 ? "bf16" : "float32") << " keys and values)\n"
-            << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
+            << ((*kv)->shape().kv_bytes == 2 ? "bf16" : "float32") << " keys and values)\n";
+  if (!use_cuda) {
+    std::cout << "fpa-serve: cpu weights " << formats.weights << " (--cpu-weights " << o.cpu_weights
+              << "), kv pages " << formats.kv << " (--kv-dtype " << o.kv_dtype << ")\n";
+  }
+  std::cout << "fpa-serve: listening on " << host << ":" << port << " (gRPC), "
             << o.metrics_address.substr(0, o.metrics_address.rfind(':')) << ":"
             << (*metrics_http)->port() << " (metrics), "
             << o.http_address.substr(0, o.http_address.rfind(':')) << ":" << (*api_http)->port()

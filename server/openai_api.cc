@@ -95,6 +95,10 @@ void OpenAiApi::models(http::Exchange& exchange) const {
                 {"max_model_len", info_.limits.max_prompt_tokens},
                 {"attention", info_.attention},
                 {"tokenizer", info_.limits.tokenizer->kind()}};
+  if (!info_.formats.weights.empty()) {
+    model["cpu_weights"] = info_.formats.weights;
+    model["kv_dtype"] = info_.formats.kv;
+  }
   exchange.reply(200, kJson, json_text(json{{"object", "list"}, {"data", json::array({model})}}));
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/cpu/formats.h"
 #include "prometheus/collectable.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -26,6 +27,7 @@ struct OpenAiInfo {
   RequestLimits limits;
   std::string attention;  // the model's attention kind (fpa, fox, softmax), for /v1/models
   std::string api_key;    // --api-key; empty: no check
+  CpuFormats formats;     // the CPU backend's, for /v1/models; empty on CUDA
 };
 
 class OpenAiApi {

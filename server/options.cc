@@ -125,14 +125,15 @@ const std::vector<Flag>& flags() {
        }},
       {"threads", "N", "CPU backend threads; 0 = every core [0]",
        integer(&ServeOptions::threads, 0)},
-      {"cpu-weights", "f32|bf16",
-       "CPU backend projection weights; bf16 halves the bytes a step reads (needs AVX512-BF16) "
-       "[f32]",
-       choice(&ServeOptions::cpu_weights, {"f32", "bf16"})},
-      {"kv-dtype", "f32|bf16",
+      {"cpu-weights", "auto|f32|bf16|int8",
+       "CPU backend projection weights; bf16 halves the bytes a step reads (needs AVX512-BF16), "
+       "int8 quarters them (needs AVX512-VNNI); auto: the most compact the CPU runs of those "
+       "measured accurate on the model (config.json formats_within_bounds) [auto]",
+       choice(&ServeOptions::cpu_weights, {"auto", "f32", "bf16", "int8"})},
+      {"kv-dtype", "auto|f32|bf16",
        "CPU backend KV cache pages: bf16 halves the bytes a key holds and decode reads (lvl and m "
-       "stay float32); the CUDA pool is bf16 either way [f32]",
-       choice(&ServeOptions::kv_dtype, {"f32", "bf16"})},
+       "stay float32); auto as --cpu-weights; the CUDA pool is bf16 either way [auto]",
+       choice(&ServeOptions::kv_dtype, {"auto", "f32", "bf16"})},
       {"drain-seconds", "N", "on SIGTERM: finish in-flight requests for at most this long [30]",
        seconds(&ServeOptions::drain_seconds, 0)},
       {"max-connections", "N", "gRPC connections; more are closed at once [1024]",

@@ -25,16 +25,16 @@ struct ServeOptions {
   int max_prompt_tokens = 65536;
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
-  double cache_watermark = 0.01;    // share of the pool admission leaves free
+  double cache_watermark = 0.01;  // share of the pool admission leaves free
   // Share of the pool cached prefixes may hold; 0 = off. The default is on (vLLM's is too): the
   // snapshots are reclaimable, so they take no room a request needs (bench/RESULTS.md, capacity
   // with and without it).
   double prefix_cache = 0.25;
-  bool prefix_cache_given = false;  // --prefix-cache on the command line
-  std::optional<float> tau;         // the model's tau when absent
-  int threads = 0;                  // 0 = every core
-  std::string cpu_weights = "f32";  // f32 | bf16: the CPU backend's projection weights
-  std::string kv_dtype = "f32";     // f32 | bf16: the CPU backend's KV cache pages
+  bool prefix_cache_given = false;   // --prefix-cache on the command line
+  std::optional<float> tau;          // the model's tau when absent
+  int threads = 0;                   // 0 = every core
+  std::string cpu_weights = "auto";  // auto | f32 | bf16 | int8: the CPU backend's projections
+  std::string kv_dtype = "auto";     // auto | f32 | bf16: the CPU backend's KV cache pages
   double drain_seconds = 30;
   // gRPC connections (docs/serving.md, "What the server promises").
   int max_connections = 1024;

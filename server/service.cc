@@ -99,6 +99,8 @@ grpc::ServerUnaryReactor* FpaServiceImpl::ModelInfo(grpc::CallbackServerContext*
   resp.set_max_prompt_tokens(info_.limits.max_prompt_tokens);
   resp.set_max_new_tokens(info_.limits.max_new_tokens);
   resp.set_tokenizer(model_.tokenizer().kind());
+  resp.set_cpu_weights(info_.formats.weights);
+  resp.set_kv_dtype(info_.formats.kv);
   return reply(ctx, resp, out);
 }
 

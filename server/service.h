@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cache/kv_cache.h"
+#include "kernels/cpu/formats.h"
 #include "model/model.h"
 #include "proto/fpa/v1/fpa.grpc.pb.h"
 #include "server/metrics.h"
@@ -17,6 +18,7 @@ namespace fpa::server {
 
 struct ServiceInfo {
   std::string backend;
+  CpuFormats formats;  // the CPU backend's, "auto" resolved; empty on CUDA
   RequestLimits limits;
   int max_batch = 0;
 };

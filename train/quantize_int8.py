@@ -55,7 +55,7 @@ def convert(model_dir: str, out_dir: str) -> int:
     for f in os.listdir(model_dir):
         if f != "model.safetensors" and os.path.isfile(os.path.join(model_dir, f)):
             shutil.copy2(os.path.join(model_dir, f), os.path.join(out_dir, f))
-    meta = dict(meta, quantized="int8 projections, per-row symmetric scales (train/quantize_int8.py)")
+    meta = dict(meta, quantized="int8 projections, per-row scales (train/quantize_int8.py)")
     safetensors_io.save(os.path.join(out_dir, "model.safetensors"), out, meta)
     return count
 

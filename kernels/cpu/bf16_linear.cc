@@ -104,12 +104,8 @@ void linear_bf16(const float* x, int n, const Bf16Matrix& w, float* y, ThreadPoo
   uint16_t* xb = scratch(padded(n * w.cols()));
   convert_rows(x, n, w.cols(), xb);
   if (n == 1 && w.block() > 0) {
-    const int blocks = (w.rows() + 63) / 64;
-    const int threads = pool != nullptr ? pool->threads() : 1;
-    const int parts = std::min(blocks, threads * 4);  // a fast thread can take a slow one's share
-    parallel_for(pool, parts, static_cast<long>(w.rows()) * w.cols(), [&](int i) {
-      gemv_blocks(w, xb, y, blocks * i / parts, blocks * (i + 1) / parts, accumulate);
-    });
+    for_output_blocks(pool, w.rows(), static_cast<long>(w.rows()) * w.cols(),
+                      [&](int b0, int b1) { gemv_blocks(w, xb, y, b0, b1, accumulate); });
     return;
   }
   const dnnl::matmul mm = matmul(w.packed(), w.rows(), w.cols(), n, Dt::bf16, Dt::f32, accumulate);

@@ -18,10 +18,6 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 
-// Token counts the hand-written kernel takes; oneDNN's brgemm takes more.
-// TODO(issue 26): measure the crossover against oneDNN's u8 x s8 matmul on a quiet machine (the
-// bf16 one-token kernel beat oneDNN's by 10-60% on cold weights; 8 is a guess, not a figure).
-constexpr int kGemvTokens = 8;
 constexpr int kTile = 4;  // tokens per pass over a block: 4 x 4 accumulators + 4 weight registers
 
 // As in bf16_linear.cc: compiled for its target whatever -march says, run only where
@@ -105,7 +101,7 @@ using DotFn = void (*)(const int8_t*, int, const uint8_t*, int, int32_t (*)[64])
 constexpr std::array<DotFn, kTile> kDot = {&dot_block_tokens<1>, &dot_block_tokens<2>,
                                            &dot_block_tokens<3>, &dot_block_tokens<4>};
 
-// n <= kGemvTokens tokens against blocks [b0, b1): each block streamed once from memory, its
+// A few tokens against blocks [b0, b1): each block streamed once from memory, its
 // token tiles reading it again from the L1/L2 cache.
 void gemv_blocks(const Int8Matrix& w, const uint8_t* x, const float* sx, int n, float* y, int b0,
                  int b1, bool accumulate) {
@@ -133,6 +129,48 @@ T* scratch(size_t n) {
   return buf.data();
 }
 
+// Weights given as float32 or bf16 rows, quantized per row into q; their scales.
+std::vector<float> quantize_matrix(const Matrix& m, int8_t* q) {
+  std::vector<float> scale(m.rows), row(m.cols);
+  for (int r = 0; r < m.rows; ++r) {
+    const size_t at = static_cast<size_t>(r) * m.cols;
+    if (m.data != nullptr) {
+      std::copy(m.data + at, m.data + at + m.cols, row.begin());
+    } else {
+      std::transform(m.bf16 + at, m.bf16 + at + m.cols, row.begin(), bf16_to_float);
+    }
+    scale[r] = quantize_row(row.data(), m.cols, q + at);
+  }
+  return scale;
+}
+
+// 1 to gemv_tokens tokens: the hand-written kernel over the packed blocks.
+void gemv(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool, bool accumulate) {
+  float* sx = scratch<float>(n);
+  const int stride = static_cast<int>(w.block() / 64);
+  uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
+  quantize_tokens(x, n, w.cols(), stride, xq, sx);
+  for_output_blocks(pool, w.rows(), static_cast<long>(n) * w.rows() * w.cols(),
+                    [&](int b0, int b1) { gemv_blocks(w, xq, sx, n, y, b0, b1, accumulate); });
+}
+
+// More tokens: oneDNN's u8 x s8 -> s32 matmul, then the sums dequantized per token.
+void onednn_product(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
+                    bool accumulate) {
+  float* sx = scratch<float>(n);
+  uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * w.cols());
+  quantize_tokens(x, n, w.cols(), w.cols(), xq, sx);
+  int32_t* acc = scratch<int32_t>(static_cast<size_t>(n) * w.rows());
+  const dnnl::engine& e = onednn_engine();
+  run_matmul(matmul(w.packed(), w.rows(), w.cols(), n, Dt::u8, Dt::s32, false),
+             memory(rows_desc(n, w.cols(), Dt::u8), e, xq), w.packed(),
+             memory(rows_desc(n, w.rows(), Dt::s32), e, acc), pool);
+  parallel_for(pool, n, static_cast<long>(n) * w.rows(), [&](int t) {
+    const long at = static_cast<long>(t) * w.rows();
+    dequantize(acc + at, w.rows(), w.offset(), w.scale(), sx[t], y + at, accumulate);
+  });
+}
+
 }  // namespace
 
 bool cpu_has_vnni() { return __builtin_cpu_supports("avx512vnni"); }
@@ -147,23 +185,14 @@ float quantize_row(const float* w, int cols, int8_t* q) {
   return scale;
 }
 
-Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols), scale_(m.rows) {
+Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
   std::vector<int8_t> quantized;
   const int8_t* q = m.i8;  // as the file stores them, else quantized here
   if (q != nullptr) {
-    std::copy(m.scale, m.scale + m.rows, scale_.begin());
+    scale_.assign(m.scale, m.scale + m.rows);
   } else {
     quantized.resize(static_cast<size_t>(m.rows) * m.cols);
-    std::vector<float> row(m.cols);
-    for (int r = 0; r < m.rows; ++r) {
-      const size_t at = static_cast<size_t>(r) * m.cols;
-      if (m.data != nullptr) {
-        std::copy(m.data + at, m.data + at + m.cols, row.begin());
-      } else {
-        std::transform(m.bf16 + at, m.bf16 + at + m.cols, row.begin(), bf16_to_float);
-      }
-      scale_[r] = quantize_row(row.data(), m.cols, quantized.data() + at);
-    }
+    scale_ = quantize_matrix(m, quantized.data());
     q = quantized.data();
   }
   offset_.resize(m.rows);
@@ -176,31 +205,12 @@ Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols), scale_(m
 }
 
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
-                 bool accumulate) {
-  float* sx = scratch<float>(n);
-  if (n <= kGemvTokens && w.block() > 0) {
-    const int stride = static_cast<int>(w.block() / 64);
-    uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
-    quantize_tokens(x, n, w.cols(), stride, xq, sx);
-    const int blocks = (w.rows() + 63) / 64;
-    const int threads = pool != nullptr ? pool->threads() : 1;
-    const int parts = std::min(blocks, threads * 4);  // a fast thread can take a slow one's share
-    parallel_for(pool, parts, static_cast<long>(n) * w.rows() * w.cols(), [&](int i) {
-      gemv_blocks(w, xq, sx, n, y, blocks * i / parts, blocks * (i + 1) / parts, accumulate);
-    });
-    return;
+                 bool accumulate, int gemv_tokens) {
+  if (n <= gemv_tokens && w.block() > 0) {
+    gemv(x, n, w, y, pool, accumulate);
+  } else {
+    onednn_product(x, n, w, y, pool, accumulate);
   }
-  uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * w.cols());
-  quantize_tokens(x, n, w.cols(), w.cols(), xq, sx);
-  int32_t* acc = scratch<int32_t>(static_cast<size_t>(n) * w.rows());
-  const dnnl::engine& e = onednn_engine();
-  run_matmul(matmul(w.packed(), w.rows(), w.cols(), n, Dt::u8, Dt::s32, false),
-             memory(rows_desc(n, w.cols(), Dt::u8), e, xq), w.packed(),
-             memory(rows_desc(n, w.rows(), Dt::s32), e, acc), pool);
-  parallel_for(pool, n, static_cast<long>(n) * w.rows(), [&](int t) {
-    const long at = static_cast<long>(t) * w.rows();
-    dequantize(acc + at, w.rows(), w.offset(), w.scale(), sx[t], y + at, accumulate);
-  });
 }
 
 }  // namespace fpa::cpu

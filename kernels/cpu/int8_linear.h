@@ -4,7 +4,7 @@
 // are quantized the same way per token at every call, as llama.cpp's Q8_0 x Q8_0 does, and held
 // as unsigned bytes q + 128: AVX512-VNNI's vpdpbusd multiplies unsigned by signed bytes (this
 // CPU family has no signed-by-signed form), and the 128 * sum(q[r, :]) it adds is taken back
-// out exactly. Sums are int32. 1 to kGemvTokens tokens go through a hand-written kernel that
+// out exactly. Sums are int32. 1 to kInt8GemvTokens tokens go through a hand-written kernel that
 // streams oneDNN's packed weights; more through oneDNN's u8 x s8 matmul on the same copy.
 #pragma once
 
@@ -48,9 +48,15 @@ class Int8Matrix {
   long block_ = 0;
 };
 
-// y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token. Requires
-// cpu_has_vnni().
+// Token counts the hand-written kernel takes by default; oneDNN's brgemm takes more.
+// TODO(issue 26): measure the crossover on a quiet machine (build/bench/fpa-linear-bench, int8
+// against int8-onednn); the bf16 one-token kernel beat oneDNN's by 10-60% on cold weights, and 8
+// is a guess, not a figure.
+inline constexpr int kInt8GemvTokens = 8;
+
+// y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token; up to
+// `gemv_tokens` tokens through the hand-written kernel. Requires cpu_has_vnni().
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
-                 bool accumulate = false);
+                 bool accumulate = false, int gemv_tokens = kInt8GemvTokens);
 
 }  // namespace fpa::cpu

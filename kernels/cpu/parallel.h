@@ -35,6 +35,17 @@ void for_row_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
   });
 }
 
+// Calls f(b0, b1) for ranges of the blocks of 64 outputs of an `out_rows`-row product (the
+// packed layouts of bf16_linear and int8_linear), a few ranges per thread so that a fast thread
+// can take over a slow one's share.
+template <class F>
+void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
+  const int blocks = (out_rows + 63) / 64;
+  const int threads = pool != nullptr ? pool->threads() : 1;
+  const int parts = std::min(blocks, threads * 4);
+  parallel_for(pool, parts, work, [&](int i) { f(blocks * i / parts, blocks * (i + 1) / parts); });
+}
+
 // Makes OpenBLAS run in its caller's thread; call once per process.
 void use_single_threaded_blas();
 

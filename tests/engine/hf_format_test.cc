@@ -110,6 +110,35 @@ TEST_P(HfFormat, LoadsTheWeightsOfTheSameModelInFpaServeFormat) {
   expect_same_model(**m1, **m2);
 }
 
+// The fused gate_proj stored as I8 (train/quantize_int8.py): kept as stored, its halves are the
+// gate and up projections with their own rows of scales; widened, the same values in float32.
+TEST(HfFormat, FusedInt8GateProjSplitsWithItsScales) {
+  ModelFiles hf = to_hf(::fpa::testing::random_model("fox", "tied", 7, kDims), true);
+  const int rows = 2 * kDims.d_ff, cols = kDims.d_model;
+  std::string q(static_cast<size_t>(rows) * cols, '\0');
+  std::vector<float> scale(rows);
+  for (int r = 0; r < rows; ++r) {
+    scale[r] = 0.01f * static_cast<float>(r + 1);
+    for (int c = 0; c < cols; ++c) q[r * cols + c] = static_cast<char>((r * 7 + c) % 255 - 127);
+  }
+  hf.tensors["model.layers.1.mlp.gate_proj.weight"] = {"I8", {rows, cols}, q};
+  hf.tensors["model.layers.1.mlp.gate_proj.weight.scale"] =
+      ::fpa::testing::f32_tensor({rows}, scale);
+  TempDir dir;
+  ::fpa::testing::write_model(dir.path(), hf);
+  auto kept = Model::load(dir.path(), {.keep_int8 = true});
+  auto wide = Model::load(dir.path());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const LayerWeights& k = (*kept)->layers()[1];
+  const int up = kDims.d_ff * cols + 5;  // element 5 of the up half's first row
+  EXPECT_EQ(k.w_up.rows, kDims.d_ff);
+  EXPECT_EQ(k.w_up.i8[5], static_cast<int8_t>(q[up]));
+  EXPECT_EQ(k.w_up.scale[0], scale[kDims.d_ff]);
+  EXPECT_EQ(k.w_gate.scale[0], scale[0]);
+  EXPECT_EQ((*wide)->layers()[1].w_up.data[5], static_cast<int8_t>(q[up]) * scale[kDims.d_ff]);
+}
+
 TEST_P(HfFormat, ShardedCheckpointsLoadThroughTheIndex) {
   const bool fox = std::string(GetParam()) == "fox";
   const ModelFiles ours = ::fpa::testing::random_model(GetParam(), "tied", 8, kDims);

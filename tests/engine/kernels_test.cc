@@ -158,12 +158,17 @@ TEST(Ops, LinearInt8IsExactOnItsGrid) {
   for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
   for (int o = 0; o < out; ++o) scale[o] = std::ldexp(1.0f, -static_cast<int>(o % 5));
   const Int8Matrix wq(Matrix{.rows = out, .cols = in, .i8 = q.data(), .scale = scale.data()});
-  for (int n : {1, 5, 33}) {
+  // Every token count through oneDNN too (gemv_tokens 0), where the kernel would take it.
+  for (auto [n, gemv] : {std::pair{1, kInt8GemvTokens},
+                         {5, kInt8GemvTokens},
+                         {33, kInt8GemvTokens},
+                         {1, 0},
+                         {5, 0}}) {
     std::vector<float> x(n * in);
     for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 255) - 127);
     for (int t = 0; t < n; ++t) x[t * in] = 127;  // each token's scale exactly 1
     std::vector<float> y(n * out);
-    linear_int8(x.data(), n, wq, y.data(), nullptr);
+    linear_int8(x.data(), n, wq, y.data(), nullptr, false, gemv);
     for (int t = 0; t < n; ++t) {
       for (int o = 0; o < out; ++o) {
         long ref = 0;

@@ -18,8 +18,12 @@ import fpa_client  # noqa: E402
 pb = fpa_client.pb
 
 
-def tiny_model(kind, levels, tied=True):
-    """config.json text and model.safetensors bytes of a 1-layer, 4-wide model."""
+PROJECTIONS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
+
+
+def tiny_model(kind, levels, tied=True, int8=False):
+    """config.json text and model.safetensors bytes of a 1-layer, 4-wide model; with int8, its
+    projections stored as I8 with per-row F32 scales (docs/model-format.md)."""
     d, h, hd, ff, vocab = 4, 2, 2, 6, 259
     config = {"format": "fpa-serve/1", "vocab_size": vocab, "d_model": d, "n_layers": 1,
               "n_heads": h, "head_dim": hd, "d_ff": ff, "attention": kind, "levels": levels,
@@ -41,13 +45,20 @@ def tiny_model(kind, levels, tied=True):
         if levels == "free":
             shapes.update({"layers.0.attn.level_w": [h, d], "layers.0.attn.level_b": [h]})
     rng = random.Random(len(shapes))
+    int8_names = {"layers.0." + p for p in PROJECTIONS} if int8 else set()
+    if int8:
+        config["formats_within_bounds"] = {"weights": "int8", "kv": "bf16"}
+        shapes.update({name + ".scale": shapes[name][:1] for name in int8_names})
     header, data = {}, b""
     for name in sorted(shapes):
         n = 1
         for s in shapes[name]:
             n *= s
-        blob = struct.pack(f"<{n}f", *(rng.uniform(-1, 1) for _ in range(n)))
-        header[name] = {"dtype": "F32", "shape": shapes[name],
+        if name in int8_names:
+            dtype, blob = "I8", struct.pack(f"<{n}b", *(rng.randint(-127, 127) for _ in range(n)))
+        else:
+            dtype, blob = "F32", struct.pack(f"<{n}f", *(rng.uniform(-1, 1) for _ in range(n)))
+        header[name] = {"dtype": dtype, "shape": shapes[name],
                         "data_offsets": [len(data), len(data) + len(blob)]}
         data += blob
     header["__metadata__"] = {"format": "pt"}
@@ -95,10 +106,11 @@ def write(target, name, data):
 
 
 def main():
-    for kind, levels, tied in [("fpa", "free", True), ("fpa", "tied", False), ("fox", "tied", True),
-                               ("softmax", "tied", True)]:
-        name = f"{kind}-{levels}-{'tied' if tied else 'untied'}"
-        config, weights = tiny_model(kind, levels, tied)
+    for kind, levels, tied, int8 in [("fpa", "free", True, False), ("fpa", "tied", False, False),
+                                     ("fox", "tied", True, False), ("softmax", "tied", True, False),
+                                     ("fpa", "free", False, True)]:
+        name = f"{kind}-{levels}-{'tied' if tied else 'untied'}" + ("-int8" if int8 else "")
+        config, weights = tiny_model(kind, levels, tied, int8)
         write("config", name + ".json", config)
         write("safetensors", name + ".safetensors", weights)
         write("model_dir", name, struct.pack("<I", len(config)) + config + weights)

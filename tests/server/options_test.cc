@@ -42,9 +42,10 @@ TEST(ParseOptions, BothValueForms) {
   EXPECT_FLOAT_EQ(*o->tau, 12.5f);
   EXPECT_EQ(*o->cache_pages, 100);
   EXPECT_EQ(o->backend, "cpu");
-  EXPECT_EQ(o->cpu_weights, "f32");
+  EXPECT_EQ(o->cpu_weights, "auto");
   EXPECT_EQ(parse({"--model", "m", "--cpu-weights=bf16"})->cpu_weights, "bf16");
-  EXPECT_EQ(o->kv_dtype, "f32");
+  EXPECT_EQ(parse({"--model", "m", "--cpu-weights=int8"})->cpu_weights, "int8");
+  EXPECT_EQ(o->kv_dtype, "auto");
   EXPECT_EQ(parse({"--model", "m", "--kv-dtype=bf16"})->kv_dtype, "bf16");
 }
 

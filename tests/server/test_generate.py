@@ -1,9 +1,12 @@
 """Generation through the daemon equals the engine's own: solo ModelRunner::generate
 (fpa-generate), the PyTorch reference decoder, and the same request alone vs in a batch of 32."""
 import concurrent.futures
+import json
 import math
 import os
+import re
 import sys
+import urllib.request
 
 import pytest
 
@@ -202,11 +205,12 @@ def test_reflection_lists_the_service(server):
 
 
 def test_shipped_model_matches_engine(make_server):
-    """The default model, models/fpa-v2, through the daemon equals solo generation."""
+    """The default model, models/fpa-v2, through the daemon equals solo generation (float32, as
+    fpa-generate runs it: the model's config lets --cpu-weights auto pick int8)."""
     model = os.path.join(REPO, "models", "fpa-v2")
     if not os.path.exists(os.path.join(model, "model.safetensors")):
         pytest.skip("models/fpa-v2 is not trained yet")
-    s = make_server(model=model)
+    s = make_server("--cpu-weights", "f32", "--kv-dtype", "f32", model=model)
     prompt = "There is an important info hidden inside a lot of irrelevant text. The pass key is"
     resp = s.client.generate(prompt, max_new_tokens=24)
     assert list(resp.token_ids) == solo_generate(prompt, model=model, max_new_tokens=24)
@@ -256,3 +260,16 @@ def test_top_logprobs_and_prompt_logprobs_over_grpc(server):
     # Position i's alternatives predict prompt token i: their best is at least its logprob.
     for lp, top in zip(scored.prompt_logprobs[1:], scored.prompt_top_logprobs[1:]):
         assert top.logprobs[0] >= lp - 1e-6
+
+
+def test_formats_are_reported(make_server):
+    """ModelInfo and /v1/models say which CPU formats the server runs: an explicit choice as
+    given, auto as picked (float32 for a model whose config lists no measured formats)."""
+    s = make_server("--cpu-weights", "auto", "--kv-dtype", "bf16")
+    info = s.client.model_info()
+    assert (info.cpu_weights, info.kv_dtype) == ("f32", "bf16")
+    port = re.search(r":(\d+) \(http\)", s.output()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+        model = json.loads(r.read())["data"][0]
+    assert (model["cpu_weights"], model["kv_dtype"]) == ("f32", "bf16")
+    assert "cpu weights f32 (--cpu-weights auto), kv pages bf16" in s.output()
