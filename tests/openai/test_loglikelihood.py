@@ -33,7 +33,9 @@ def start_server():
     binary = os.environ.get("FPA_SERVE_BIN", os.path.join(ROOT, "build/server/fpa-serve"))
     proc = subprocess.Popen(
         [binary, "--model", MODEL_DIR, "--address", "127.0.0.1:0", "--metrics-address",
-         "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--threads", "1"],
+         "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--threads", "1",
+         # compared with the float32 reference: float32 weights and pages, not the default int8
+         "--cpu-weights", "f32", "--kv-dtype", "f32"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = ""
     for line in proc.stdout:
