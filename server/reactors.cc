@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "server/grpc_handoff.h"
 #include "server/request.h"
 #include "server/service.h"
 #include "server/wire.h"
@@ -72,7 +73,7 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
   UnaryGenerate(FpaServiceImpl& service, grpc::ByteBuffer* out) : service_(service), out_(out) {}
 
   void start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req) {
-    // After a successful submit the scheduler owns the call: `this` may already be gone.
+    // After a successful submit the scheduler owns the call (it may finish it at once).
     if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) finish(st);
   }
 
@@ -87,13 +88,18 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
   }
 
   void OnCancel() override {
+    called_by_grpc(this);
     if (request_) request_->cancel();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    called_by_grpc(this);
+    delete this;
+  }
 
  private:
   void finish(const absl::Status& st) {
     service_.metrics().count_request(static_cast<int>(st.code()));
+    handed_to_grpc(this);
     Finish(to_grpc(st));
   }
 
@@ -112,6 +118,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
   void start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req) {
     if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) {
       service_.metrics().count_request(static_cast<int>(st.code()));
+      handed_to_grpc(this);
       Finish(to_grpc(st));
     }
   }
@@ -136,6 +143,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
   }
 
   void OnWriteDone(bool ok) override {
+    called_by_grpc(this);
     std::unique_lock lock(mu_);
     writing_ = false;
     if (!ok) {
@@ -145,9 +153,13 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     pump(lock);
   }
   void OnCancel() override {
+    called_by_grpc(this);
     if (request_) request_->cancel();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    called_by_grpc(this);
+    delete this;
+  }
 
  private:
   struct Outgoing {
@@ -194,6 +206,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
       if (with_message) encode(o.msg, &current_);
       lock.unlock();
       service_.metrics().count_request(o.code);
+      handed_to_grpc(this);
       if (with_message) {
         StartWriteAndFinish(&current_, grpc::WriteOptions(), o.status);
       } else {
@@ -203,6 +216,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     }
     encode(o.msg, &current_);
     lock.unlock();
+    handed_to_grpc(this);
     StartWrite(&current_);
   }
 
@@ -223,6 +237,8 @@ grpc::ServerUnaryReactor* start_unary_generate(FpaServiceImpl& service,
                                                grpc::ByteBuffer* resp) {
   auto* r = new UnaryGenerate(service, resp);
   r->start(ctx, req);
+  // gRPC runs no callback of r before it has it: r is alive here, whatever start did.
+  handed_to_grpc(r);
   return r;
 }
 
@@ -231,6 +247,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* start_stream_generate(FpaServiceImpl
                                                                   const grpc::ByteBuffer& req) {
   auto* r = new StreamGenerate(service);
   r->start(ctx, req);
+  handed_to_grpc(r);
   return r;
 }
 

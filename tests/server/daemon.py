@@ -111,6 +111,14 @@ class Server:
         return out
 
     def stop(self):
+        # A sanitized daemon that found something stops itself once its report is written (the
+        # symbolizer takes a while): let it finish, and show the report in the test's output.
+        if "Sanitizer" in self.output():
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+            print(self.output()[-20000:])
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)

@@ -1,0 +1,32 @@
+// ThreadSanitizer and gRPC's reactors. gRPC hands a reactor between threads through libgrpc's
+// completion queues: the thread that returns it from a method handler or calls Finish /
+// StartWrite on it, and the thread that then runs its OnCancel / OnWriteDone / OnDone, are
+// synchronized inside libgrpc, which Debian builds without TSan instrumentation. TSan would see
+// the reactor's fields written on one and read or freed on the other with nothing between. These
+// mark that hand-off where it happens, a release when our code hands the reactor to gRPC and an
+// acquire when gRPC calls it back, so that TSan still checks everything else the reactor does.
+// Without TSan they compile to nothing.
+#pragma once
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
+namespace fpa::server {
+
+// Before a call that lets gRPC run the reactor's callbacks on another thread.
+inline void handed_to_grpc([[maybe_unused]] void* reactor) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(reactor);
+#endif
+}
+
+// First thing in each of the reactor's callbacks.
+inline void called_by_grpc([[maybe_unused]] void* reactor) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(reactor);
+#endif
+}
+
+}  // namespace fpa::server
