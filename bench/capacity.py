@@ -152,7 +152,8 @@ def total(records, policy):
 
 def start(args, extra):
     return Server("--cache-bytes", str(args.cache_bytes), "--threads", str(args.threads),
-                  "--max-new-tokens", "4096", *args.server_flag, *extra, model=args.model)
+                  "--max-new-tokens", "4096", *args.server_flag, *extra, model=args.model,
+                  prefix_cache_default=True)
 
 
 def run_phases(servers, prompts, args):

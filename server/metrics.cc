@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -317,15 +318,18 @@ void ServerMetrics::count_request(int grpc_code) {
 
 void ServerMetrics::refresh_cache_gauges() {
   cache::CacheStats s = cache_.stats();
-  set_all(static_cast<double>(s.pages_total), pages_total_, pages_total_alias_);
-  pages_in_use_.Set(static_cast<double>(s.pages_in_use));
-  double usage = s.pages_total > 0 ? static_cast<double>(s.pages_in_use) / s.pages_total : 0.0;
-  set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
-  live_keys_.Set(static_cast<double>(s.live_slots));
-  bytes_held_.Set(static_cast<double>(s.bytes_held()));
   std::lock_guard lock(evicted_mu_);
   const int64_t page_bytes = s.page_slots * s.bytes_per_key;
   const cache::PrefixCacheStats p = prefix_->refresh(page_bytes);
+  set_all(static_cast<double>(s.pages_total), pages_total_, pages_total_alias_);
+  // As vLLM counts its usage: cached prefixes are reclaimable, so their pages are not in use
+  // (fpa_prefix_cache_bytes shows them); a router then does not steer away from a warm pod.
+  const int64_t in_use = std::max<int64_t>(0, s.pages_in_use - p.pages);
+  pages_in_use_.Set(static_cast<double>(in_use));
+  double usage = s.pages_total > 0 ? static_cast<double>(in_use) / s.pages_total : 0.0;
+  set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
+  live_keys_.Set(static_cast<double>(s.live_slots));
+  bytes_held_.Set(static_cast<double>(s.bytes_held()));
   // Snapshots never run: what they hold is cache, not a saving on a running sequence.
   const int64_t full = s.bytes_full() - p.full_keys * s.bytes_per_key;
   bytes_full_.Set(static_cast<double>(full));
