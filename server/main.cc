@@ -19,6 +19,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
+#include "model/model_chat_template.h"
 #include "server/acceptor.h"
 #include "server/engine/model_runner.h"
 #include "server/listen_socket.h"
@@ -135,6 +136,11 @@ int serve(const ServeOptions& o) {
     return 1;
   }
   const ModelConfig& config = (*model)->config();
+  // A chat template that does not parse leaves the model usable without chat.
+  if (const ModelChatTemplate* t = (*model)->tokenizer().chat_template(); t && !t->parsed.ok()) {
+    std::cerr << "fpa-serve: warning: " << t->parsed.status().message()
+              << " (chat requests will be refused)\n";
+  }
   // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
   if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
     std::cerr << "fpa-serve: --prefix-cache: the model's key/value shift (use_k_shift, "

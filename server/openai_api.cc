@@ -134,7 +134,7 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
   if (!parsed.ok()) return refuse(parsed.status());
   json body = std::move(*parsed);
   if (chat) {
-    absl::StatusOr<json> as_completion = chat_to_completion(body);
+    absl::StatusOr<json> as_completion = chat_to_completion(body, *info_.limits.tokenizer);
     if (!as_completion.ok()) return refuse(as_completion.status());
     body = std::move(*as_completion);
   }
