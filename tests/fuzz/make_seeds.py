@@ -71,6 +71,12 @@ TEXTS = ["the there  \u00e9\\u00e9 \U0001F600\n\n x".encode(),
          b"a\xff\xc3b   \t\"\\", "\u4e2d\u6587 \u0440\u0443\u0441 123".encode()]
 
 
+def chat_templates():
+    """The 53 published chat templates of tests/vectors/chat_templates/hf_jinja_e2e.json."""
+    with open(os.path.join(REPO, "tests", "vectors", "chat_templates", "hf_jinja_e2e.json")) as f:
+        return [case["chat_template"].encode() for case in json.load(f)]
+
+
 def write(target, name, data):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -90,6 +96,8 @@ def main():
         write("request", f"request-{i}.pb", req.SerializeToString())
     for i, text in enumerate(TEXTS):
         write("tokenizer", f"text-{i}.txt", text)
+    for i, template in enumerate(chat_templates()):
+        write("chat_template", f"template-{i:02d}.jinja", template)
 
 
 if __name__ == "__main__":
