@@ -26,7 +26,7 @@ struct Expr {
     kCall,       // items[0](items[1...], named)
     kFilter,     // items[0] | name(items[1...], named)
     kTest,       // items[0] is name(items[1...], named)
-    kUnary,      // name items[0]; name is "-", "+" or "not"
+    kUnary,      // name items[0]; name is "-", "+", "not", or "*" (a call's *args)
     kBinary,     // items[0] name items[1]: arithmetic, "~", comparisons, "in", "not in"
     kAnd,
     kOr,

@@ -530,7 +530,13 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (skip_op(")")) break;
-      if (at_op("*") || at_op("**")) error("unsupported: *args and **kwargs in calls");
+      if (at_op("**")) error("unsupported: **kwargs in calls");
+      if (at_op("*")) {  // *list: its items as positional arguments
+        const int line = next().line;
+        if (!e.named.empty()) error("*args follows a keyword argument");
+        e.items.push_back(make(Expr::Kind::kUnary, line, "*", parse_expression(true)));
+        continue;
+      }
       if (at(T::kName) && at(T::kOperator, "=", 1)) {
         std::string name = next().value;
         next();

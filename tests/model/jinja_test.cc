@@ -83,6 +83,9 @@ const Case kCases[] = {
     {"{{ 'yes' if 1 > 2 }}|{{ 'a' if false else 'b' }}|{{ 0 or 'x' }}|{{ 1 and 'y' }}|{{ not none "
      "}}|{{ (x.y is defined) if x is defined else 'u' }}|{{ d.get('k', 'z') }}{{ d.keys()|list }}",
      "{\"d\": {\"q\": 1}}", "|b|x|y|True|u|z['q']"},
+    {"{% macro a(x, y) %}A{{ x }}{{ y }}{% endmacro %}{% set fs = [a] + [a] %}{% for i in "
+     "range(2) %}{{ fs[i](*[i, 9]) }}{% endfor %}",
+     "{}", "A09A19"},
 };
 
 TEST(Jinja, RendersAsPythonsJinja) {
@@ -106,7 +109,7 @@ TEST(Jinja, UnsupportedConstructsAreNamed) {
   expect_error("{% include 'x' %}", "unsupported: {% include %}");
   expect_error("{{ x|wordwrap }}", "unsupported: filter 'wordwrap'");
   expect_error("{{ x is sameas_nothing }}", "unsupported: test 'sameas_nothing'");
-  expect_error("{{ f(*args) }}", "unsupported: *args");
+  expect_error("{{ f(**kwargs) }}", "unsupported: **kwargs");
   expect_error("{% for x in y recursive %}{% endfor %}", "unsupported: recursive loops");
   expect_error("{% set x = [] %}{{ x.append(1) }}", "unsupported: append()");
 }
