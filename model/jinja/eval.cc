@@ -138,7 +138,9 @@ Json Interpreter::storable(const Value& v) {
 
 Value Interpreter::stored_function(const Value& v) const {
   if (!v.is_data() || !v.data.is_binary()) return v;
-  return functions_.at(v.data.get_binary().subtype());
+  const uint64_t index = v.data.get_binary().subtype();
+  if (index >= functions_.size()) fail("a function reference that this render did not make");
+  return functions_[index];
 }
 
 Value Interpreter::eval_call(const Expr& e, const std::shared_ptr<Scope>& scope) {
