@@ -18,7 +18,8 @@ struct Expr {
   enum class Kind {
     kLiteral,    // value
     kName,       // name
-    kList,       // [items...]
+    kList,       // [items...], and tuples (a, b), which are lists at run time.
+                 // TODO(issue 24): tuples print as [a, b], where Python prints (a, b).
     kDict,       // {items[0]: items[1], items[2]: items[3], ...}
     kAttribute,  // items[0].name
     kSubscript,  // items[0][items[1]]

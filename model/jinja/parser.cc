@@ -343,9 +343,11 @@ class Parser {
     return parse_compare();
   }
 
+  // One comparison: Python chains `a < b < c` as `a < b and b < c`, which this does not.
+  // TODO(issue 24): chained comparisons.
   ExprPtr parse_compare() {
     ExprPtr left = parse_math1();
-    while (true) {
+    for (int n = 0;; ++n) {
       const int line = peek().line;
       std::string op;
       if (at(T::kOperator) &&
@@ -361,6 +363,7 @@ class Parser {
       } else {
         return left;
       }
+      if (n > 0) error(absl::StrCat("unsupported: chained comparison ('", op, "' after another)"));
       left = make(Expr::Kind::kBinary, line, op, std::move(left), parse_math1());
     }
   }

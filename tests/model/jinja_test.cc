@@ -112,6 +112,7 @@ TEST(Jinja, UnsupportedConstructsAreNamed) {
   expect_error("{{ f(**kwargs) }}", "unsupported: **kwargs");
   expect_error("{% for x in y recursive %}{% endfor %}", "unsupported: recursive loops");
   expect_error("{% set x = [] %}{{ x.append(1) }}", "unsupported: append()");
+  expect_error("{{ 1 < 2 < 3 }}", "unsupported: chained comparison");
 }
 
 TEST(Jinja, SyntaxErrorsNameTheLine) {
