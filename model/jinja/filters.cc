@@ -197,6 +197,8 @@ Value map_filter(const Value& v, Args& args) {
 }
 
 // select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...).
+// TODO(issue 24): these (and map) are eager; Python's return generators, so an error in one
+// whose result is never consumed (`none|select`) does not fail there.
 Value select_impl(const Value& v, Args& args, bool keep, bool by_attribute) {
   size_t at = 0;
   std::string attr;
