@@ -161,6 +161,8 @@ TEST(Jinja, BoundsStopRunawayTemplates) {
       "{% endfor %}",
       "nests too deeply");
   expect_error("{{ 9223372036854775807 + 1 }}", "beyond 64 bits");
+  expect_error("{{ x.99999999999999999999 }}", "out of 64-bit range");  // found by the fuzzer
+  expect_error("{{ 9223372036854775808 }}", "out of 64-bit range");
 }
 
 }  // namespace
