@@ -38,6 +38,7 @@ const Value& Interpreter::eval_ref(const Expr& e, const std::shared_ptr<Scope>& 
 }
 
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  Nested frame(frames_, kMaxFrames, "statements and expressions");
   step(e.line);
   Value holder;
   switch (e.kind) {

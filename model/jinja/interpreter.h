@@ -33,6 +33,18 @@ struct Scope {
   const Value* find(const std::string& name) const;
 };
 
+// Counts one level of a recursion for as long as it runs; fails past `max`.
+class Nested {
+ public:
+  Nested(int& depth, int max, const char* what);
+  ~Nested() { --depth_; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+
+ private:
+  int& depth_;
+};
+
 class Interpreter {
  public:
   Interpreter(const Limits& limits, std::shared_ptr<Scope> globals)
@@ -75,6 +87,10 @@ class Interpreter {
   uint64_t steps_ = 0;
   uint64_t work_bytes_ = 0;
   int call_depth_ = 0;
+  // Statements and expressions being evaluated, nested: what bounds the stack, whatever mix of
+  // nesting and macro recursion a template has.
+  static constexpr int kMaxFrames = 1500;
+  int frames_ = 0;
   int line_ = 0;
 };
 

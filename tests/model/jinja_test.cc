@@ -152,6 +152,11 @@ TEST(Jinja, BoundsStopRunawayTemplates) {
   expect_error("{% for i in range(100000) %}{% endfor %}", "steps", small);
   expect_error("{% for i in range(2000) %}x{% endfor %}", "output grows past", small);
   expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nest deeper");
+  std::string deep_recursion = "{% macro f(n) %}{% if n > 0 %}";
+  for (int i = 0; i < 40; ++i) deep_recursion += "{% if true %}";
+  deep_recursion += "{{ f(n - 1) }}";
+  for (int i = 0; i < 40; ++i) deep_recursion += "{% endif %}";
+  expect_error(deep_recursion + "{% endif %}{% endmacro %}{{ f(60) }}", "nest deeper than 1500");
   expect_error("{{ 'x' * 1000000000 }}", "size limit");
   expect_error("{{ range(100000000)|length }}", "too many items");
   expect_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
