@@ -17,6 +17,7 @@
 namespace fpa {
 
 struct ModelConfig;
+struct ModelChatTemplate;
 
 struct SpecialTokens {
   std::optional<int32_t> bos, eos, pad, unk;
@@ -43,6 +44,15 @@ class Tokenizer {
 
   // The text of ids, special tokens skipped, invalid UTF-8 as U+FFFD.
   std::string decode(std::span<const int32_t> ids) const;
+
+  // The model's own chat template; null when it has none (chat uses the default).
+  const ModelChatTemplate* chat_template() const { return chat_template_.get(); }
+  void set_chat_template(std::shared_ptr<const ModelChatTemplate> t) {
+    chat_template_ = std::move(t);
+  }
+
+ private:
+  std::shared_ptr<const ModelChatTemplate> chat_template_;
 };
 
 // Streams the text of generated ids: push returns only whole, valid characters.

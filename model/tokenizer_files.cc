@@ -11,6 +11,7 @@
 #include "model/byte_level.h"
 #include "model/json_fields.h"
 #include "model/model.h"
+#include "model/model_chat_template.h"
 #include "model/pretokenizer.h"
 #include "model/status_macros.h"
 #include "model/tokenizer.h"
@@ -130,9 +131,10 @@ void add_special(BpeSpec& spec, const std::string& text) {
   spec.added.push_back({*id, text, true});
 }
 
-// tokenizer_config.json (and special_tokens_map.json): special tokens, add_bos_token, and the
-// JSON-escaping tokenizer class of LongCrawl64 models.
-absl::Status read_tokenizer_config(const std::string& dir, BpeSpec& spec, bool gpt2_defaults) {
+// tokenizer_config.json (and special_tokens_map.json): special tokens, add_bos_token, the
+// JSON-escaping tokenizer class of LongCrawl64 models, and what a chat template needs.
+absl::Status read_tokenizer_config(const std::string& dir, BpeSpec& spec, bool gpt2_defaults,
+                                   ChatTemplateSource& chat) {
   json names = json::object();
   if (gpt2_defaults) {  // GPT2Tokenizer's own defaults
     for (const char* k : {"bos_token", "eos_token", "unk_token"}) names[k] = "<|endoftext|>";
@@ -151,6 +153,10 @@ absl::Status read_tokenizer_config(const std::string& dir, BpeSpec& spec, bool g
     std::string cls;
     FPA_RETURN_IF_ERROR(f.string("tokenizer_class", &cls));
     if (cls == "JSONGPT2Tokenizer") spec.json_escape = true;
+    if (const json* t = f.find("chat_template")) {
+      chat.value = *t;
+      chat.config_path = path;
+    }
     if (const json* decoder = f.find("added_tokens_decoder")) {
       if (!decoder->is_object()) return refuse(path, "added_tokens_decoder", "must be an object");
       for (const auto& [id, t] : decoder->items()) {
@@ -168,6 +174,11 @@ absl::Status read_tokenizer_config(const std::string& dir, BpeSpec& spec, bool g
       out = id_of(spec, *text);
     }
   };
+  auto text_of = [&](const char* key) {
+    return names.contains(key) ? token_text(names[key]).value_or("") : "";
+  };
+  chat.bos_token = text_of("bos_token");
+  chat.eos_token = text_of("eos_token");
   set("bos_token", spec.special.bos);
   set("eos_token", spec.special.eos);
   set("unk_token", spec.special.unk);
@@ -181,20 +192,23 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir
                                                           const ModelConfig& config) {
   namespace fs = std::filesystem;
   BpeSpec spec;
+  ChatTemplateSource chat;
   if (fs::exists(dir + "/tokenizer.json")) {
     FPA_RETURN_IF_ERROR(read_tokenizer_json(dir + "/tokenizer.json", spec));
-    FPA_RETURN_IF_ERROR(read_tokenizer_config(dir, spec, false));
+    FPA_RETURN_IF_ERROR(read_tokenizer_config(dir, spec, false, chat));
   } else if (fs::exists(dir + "/vocab.json") && fs::exists(dir + "/merges.txt")) {
     absl::StatusOr<json> vocab = read_json_object(dir + "/vocab.json");
     if (!vocab.ok()) return vocab.status();
     FPA_RETURN_IF_ERROR(read_vocab(*vocab, dir + "/vocab.json", spec));
     FPA_RETURN_IF_ERROR(read_merges_txt(dir + "/merges.txt", spec));
     spec.pattern = kGpt2Pattern;
-    FPA_RETURN_IF_ERROR(read_tokenizer_config(dir, spec, true));
+    FPA_RETURN_IF_ERROR(read_tokenizer_config(dir, spec, true, chat));
   } else {
     return make_byte_tokenizer(config);
   }
-  return make_bpe_tokenizer(std::move(spec));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = make_bpe_tokenizer(std::move(spec));
+  if (tokenizer.ok()) (*tokenizer)->set_chat_template(load_chat_template(dir, chat));
+  return tokenizer;
 }
 
 }  // namespace fpa

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/chat_model_template.h"
 
 namespace fpa::server {
 namespace {
@@ -27,39 +28,53 @@ absl::StatusOr<std::string> content_of(const json& content, const std::string& f
   return text;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> render_chat(const json& messages) {
-  if (!messages.is_array() || messages.empty()) {
-    return bad("messages", "must be a non-empty array of messages");
-  }
+// The default template, ChatML.
+absl::StatusOr<std::string> render_chatml(const json& messages) {
+  if (absl::Status s = check_messages(messages); !s.ok()) return s;
   std::string prompt;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string field = absl::StrCat("messages[", i, "]");
-    if (!m.is_object()) return bad(field, "must be an object");
-    const json role = m.value("role", json());
-    if (!role.is_string() || role.get<std::string>().empty()) {
-      return bad(field + ".role", "must be a non-empty string");
-    }
     absl::StatusOr<std::string> content =
         content_of(m.value("content", json("")), field + ".content");
     if (!content.ok()) return content.status();
-    absl::StrAppend(&prompt, "<|im_start|>", role.get<std::string>(), "\n", *content,
+    absl::StrAppend(&prompt, "<|im_start|>", m["role"].get<std::string>(), "\n", *content,
                     kChatEndOfTurn, "\n");
   }
   return prompt + "<|im_start|>assistant\n";
 }
 
-absl::StatusOr<json> chat_to_completion(const json& body) {
+}  // namespace
+
+absl::StatusOr<ChatPrompt> render_chat(const json& body, const Tokenizer& tokenizer) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
   if (!body.contains("messages")) return bad("messages", "is required");
-  absl::StatusOr<std::string> prompt = render_chat(body["messages"]);
+  const ModelChatTemplate* own = tokenizer.chat_template();
+  absl::StatusOr<std::string> text =
+      own ? render_model_template(*own, body) : render_chatml(body["messages"]);
+  if (!text.ok()) return text.status();
+  return ChatPrompt{std::move(*text), own != nullptr};
+}
+
+std::vector<int32_t> encode_without_bos(const std::string& text, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  const std::optional<int32_t> bos = tokenizer.special().bos;
+  if (!ids.empty() && bos && ids.front() == *bos) ids.erase(ids.begin());
+  return ids;
+}
+
+absl::StatusOr<json> chat_to_completion(const json& body, const Tokenizer& tokenizer) {
+  absl::StatusOr<ChatPrompt> prompt = render_chat(body, tokenizer);
   if (!prompt.ok()) return prompt.status();
   json out = body;
   out.erase("messages");
   if (out.contains("prompt")) return bad("prompt", "is not a chat field (use messages)");
-  out["prompt"] = *prompt;
+  if (prompt->own_template) {  // the fields the template consumed
+    out.erase("tools");
+    out.erase("chat_template_kwargs");
+  }
+  out["prompt"] =
+      prompt->own_template ? json(encode_without_bos(prompt->text, tokenizer)) : json(prompt->text);
   if (json m = body.value("max_completion_tokens", json()); !m.is_null()) {
     out.erase("max_completion_tokens");
     out["max_tokens"] = m;
@@ -67,7 +82,7 @@ absl::StatusOr<json> chat_to_completion(const json& body) {
   json stop = body.value("stop", json());
   if (stop.is_null()) stop = json::array();
   if (stop.is_string()) stop = json::array({stop});
-  if (stop.is_array()) stop.push_back(kChatEndOfTurn);
+  if (stop.is_array() && !prompt->own_template) stop.push_back(kChatEndOfTurn);
   out["stop"] = stop;  // a wrong type stays wrong, for the completion's check to name it
   // Chat's logprobs is a boolean and top_logprobs the alternatives; completions' logprobs is both.
   if (json t = body.value("top_logprobs", json()); !t.is_null()) {

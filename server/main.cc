@@ -20,6 +20,7 @@
 #include "kernels/cpu/formats.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
+#include "model/model_chat_template.h"
 #include "server/acceptor.h"
 #include "server/engine/model_runner.h"
 #include "server/listen_socket.h"
@@ -159,6 +160,11 @@ int serve(const ServeOptions& o) {
   if (!prefix_share.ok()) {
     std::cerr << "fpa-serve: " << prefix_share.status().message() << "\n";
     return 1;
+  }
+  // A chat template that does not parse leaves the model usable without chat.
+  if (const ModelChatTemplate* t = model.tokenizer().chat_template(); t && !t->parsed.ok()) {
+    std::cerr << "fpa-serve: warning: " << t->parsed.status().message()
+              << " (chat requests will be refused)\n";
   }
   absl::StatusOr<std::unique_ptr<cache::KvCache>> kv = make_cache(o, config, use_cuda, formats);
   if (!kv.ok()) {

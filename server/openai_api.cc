@@ -137,7 +137,8 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
     metrics_.count_request(static_cast<int>(st.code()));
     reply_error(*exchange, api_error(st));
   };
-  absl::StatusOr<CompletionRequest> req = parse_completion_body(exchange->request().body, chat);
+  absl::StatusOr<CompletionRequest> req =
+      parse_completion_body(exchange->request().body, chat, *info_.limits.tokenizer);
   if (!req.ok()) return refuse(req.status());
   if (!req->ignored.empty()) report_ignored(*exchange, req->ignored);
   if (req->model && *req->model != info_.model_name) {

@@ -279,9 +279,10 @@ absl::StatusOr<json> parse_json_body(std::string_view text) {
   return body;
 }
 
-absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat) {
+absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat,
+                                                        const Tokenizer& tokenizer) {
   absl::StatusOr<json> body = parse_json_body(text);
-  if (body.ok() && chat) body = chat_to_completion(*body);
+  if (body.ok() && chat) body = chat_to_completion(*body, tokenizer);
   if (!body.ok()) return body.status();
   return parse_completion_request(*body);
 }

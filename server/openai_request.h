@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "proto/fpa/v1/fpa.pb.h"
 
@@ -45,8 +46,10 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const nlohmann::json&
 // otherwise exhaust the stack in the code that walks it). InvalidArgument if too deep or not JSON.
 absl::StatusOr<nlohmann::json> parse_json_body(std::string_view text);
 
-// The body of /v1/completions, or of /v1/chat/completions (`chat`) as its completion equivalent.
-absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat);
+// The body of /v1/completions, or of /v1/chat/completions (`chat`) as its completion equivalent
+// (the chat rendered by the tokenizer's model's own template, else the default).
+absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat,
+                                                        const Tokenizer& tokenizer);
 
 struct ApiError {
   int http_status = 500;

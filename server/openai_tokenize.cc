@@ -21,10 +21,12 @@ absl::Status bad(absl::string_view field, absl::string_view why) {
 absl::StatusOr<json> tokenize(const json& body, const RequestLimits& limits) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
   std::string text;
+  bool own_template = false;  // writes its own special tokens
   if (body.contains("messages")) {
-    absl::StatusOr<std::string> prompt = render_chat(body["messages"]);
+    absl::StatusOr<ChatPrompt> prompt = render_chat(body, *limits.tokenizer);
     if (!prompt.ok()) return prompt.status();
-    text = std::move(*prompt);
+    text = std::move(prompt->text);
+    own_template = prompt->own_template;
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
     text = body["prompt"].get<std::string>();
   } else {
@@ -32,9 +34,9 @@ absl::StatusOr<json> tokenize(const json& body, const RequestLimits& limits) {
   }
   const json add = body.value("add_special_tokens", json(true));
   if (!add.is_boolean()) return bad("add_special_tokens", "must be a boolean");
-  std::vector<int32_t> ids = limits.tokenizer->encode(text);
-  const std::optional<int32_t> bos = limits.tokenizer->special().bos;
-  if (!add.get<bool>() && !ids.empty() && bos && ids.front() == *bos) ids.erase(ids.begin());
+  const std::vector<int32_t> ids = add.get<bool>() && !own_template
+                                       ? limits.tokenizer->encode(text)
+                                       : encode_without_bos(text, *limits.tokenizer);
   return json{{"count", ids.size()},
               {"max_model_len", limits.max_prompt_tokens},
               {"tokens", ids},

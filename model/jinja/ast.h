@@ -18,7 +18,8 @@ struct Expr {
   enum class Kind {
     kLiteral,    // value
     kName,       // name
-    kList,       // [items...]
+    kList,       // [items...], and tuples (a, b), which are lists at run time.
+                 // TODO(issue 24): tuples print as [a, b], where Python prints (a, b).
     kDict,       // {items[0]: items[1], items[2]: items[3], ...}
     kAttribute,  // items[0].name
     kSubscript,  // items[0][items[1]]
@@ -26,7 +27,7 @@ struct Expr {
     kCall,       // items[0](items[1...], named)
     kFilter,     // items[0] | name(items[1...], named)
     kTest,       // items[0] is name(items[1...], named)
-    kUnary,      // name items[0]; name is "-", "+" or "not"
+    kUnary,      // name items[0]; name is "-", "+", "not", or "*" (a call's *args)
     kBinary,     // items[0] name items[1]: arithmetic, "~", comparisons, "in", "not in"
     kAnd,
     kOr,

@@ -38,6 +38,7 @@ const Value& Interpreter::eval_ref(const Expr& e, const std::shared_ptr<Scope>& 
 }
 
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  Nested frame(frames_, kMaxFrames, "statements and expressions");
   step(e.line);
   Value holder;
   switch (e.kind) {
@@ -79,6 +80,7 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
     }
     case Expr::Kind::kUnary:
       if (e.name == "not") return !truthy(eval(*e.items[0], scope));
+      if (e.name == "*") fail("*args outside a call");
       return negate(eval(*e.items[0], scope), e.name);
     case Expr::Kind::kBinary: {
       Value result = binary_op(e.name, eval(*e.items[0], scope), eval(*e.items[1], scope));
@@ -100,8 +102,16 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
 
 Args Interpreter::eval_args(const Expr& e, const std::shared_ptr<Scope>& scope, size_t skip) {
   Args args;
-  for (size_t i = skip; i < e.items.size(); ++i)
-    args.positional.push_back(eval(*e.items[i], scope));
+  for (size_t i = skip; i < e.items.size(); ++i) {
+    const Expr& arg = *e.items[i];
+    if (arg.kind != Expr::Kind::kUnary || arg.name != "*") {
+      args.positional.push_back(eval(arg, scope));
+      continue;
+    }
+    for (const Json& item : iterate(eval(*arg.items[0], scope), "*args")) {
+      args.positional.push_back(stored_function(Value(item)));
+    }
+  }
   for (const auto& [name, value] : e.named) args.named.emplace_back(name, eval(*value, scope));
   return args;
 }
@@ -110,7 +120,7 @@ Value Interpreter::eval_collection(const Expr& e, const std::shared_ptr<Scope>& 
   Json out = e.kind == Expr::Kind::kList ? Json::array() : Json::object();
   for (size_t i = 0; i < e.items.size(); ++i) {
     if (e.kind == Expr::Kind::kList) {
-      out.push_back(eval(*e.items[i], scope).json("list item"));
+      out.push_back(storable(eval(*e.items[i], scope)));
       continue;
     }
     const Value key = eval(*e.items[i], scope);
@@ -121,8 +131,21 @@ Value Interpreter::eval_collection(const Expr& e, const std::shared_ptr<Scope>& 
   return out;
 }
 
+Json Interpreter::storable(const Value& v) {
+  if (v.kind != Value::Kind::kFunction) return v.json("list item");
+  functions_.push_back(v);
+  return Json::binary({}, functions_.size() - 1);
+}
+
+Value Interpreter::stored_function(const Value& v) const {
+  if (!v.is_data() || !v.data.is_binary()) return v;
+  const uint64_t index = v.data.get_binary().subtype();
+  if (index >= functions_.size()) fail("a function reference that this render did not make");
+  return functions_[index];
+}
+
 Value Interpreter::eval_call(const Expr& e, const std::shared_ptr<Scope>& scope) {
-  const Value callee = eval(*e.items[0], scope);
+  const Value callee = stored_function(eval(*e.items[0], scope));
   Args args = eval_args(e, scope, 1);
   if (callee.kind != Value::Kind::kFunction) {
     if (callee.is_undefined()) fail(absl::StrCat("'", callee.name, "' is undefined"));

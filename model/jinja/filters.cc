@@ -17,6 +17,9 @@ namespace {
 
 using Filter = Value (*)(const Value& subject, Args& args);
 
+// The position of an argument that is passed only by name.
+constexpr size_t kByName = SIZE_MAX;
+
 Value text_filter(const Value& v, Args& args, std::string (*f)(std::string_view)) {
   args.check("filter", 0, {});
   return Json(f(py_str(v)));
@@ -48,9 +51,9 @@ Value tojson(const Value& v, Args& args) {
                    ? indent->data.get<std::string>()
                    : std::string(std::max<int64_t>(0, to_int(*indent, "indent")), ' ');
   }
-  o.ensure_ascii = args.flag(99, "ensure_ascii", false);
-  o.sort_keys = args.flag(99, "sort_keys", false);
-  if (const Value* sep = args.find(99, "separators"); sep && !sep->data.is_null()) {
+  o.ensure_ascii = args.flag(kByName, "ensure_ascii", false);
+  o.sort_keys = args.flag(kByName, "sort_keys", false);
+  if (const Value* sep = args.find(kByName, "separators"); sep && !sep->data.is_null()) {
     const Json& pair = sep->json("separators");
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
       fail("tojson separators: expected two strings");
@@ -171,9 +174,9 @@ Value list(const Value& v, Args& args) {
 
 Value map_filter(const Value& v, Args& args) {
   Json out = Json::array();
-  if (const Value* attr = args.find(99, "attribute")) {
+  if (const Value* attr = args.find(kByName, "attribute")) {
     args.check("map", 0, {"attribute", "default"});
-    const Value* fallback = args.find(99, "default");
+    const Value* fallback = args.find(kByName, "default");
     for (const Json& item : iterate(v, "map")) {
       Value got = get_path(item, attr->str("attribute"));
       out.push_back((got.is_undefined() && fallback ? *fallback : got).json("map"));
@@ -194,6 +197,8 @@ Value map_filter(const Value& v, Args& args) {
 }
 
 // select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...).
+// TODO(issue 24): these (and map) are eager; Python's return generators, so an error in one
+// whose result is never consumed (`none|select`) does not fail there.
 Value select_impl(const Value& v, Args& args, bool keep, bool by_attribute) {
   size_t at = 0;
   std::string attr;
@@ -320,9 +325,8 @@ std::string jinja_title(std::string_view s) {
   bool word_start = true;
   for (char c : s) {
     const bool boundary = std::string_view(" \t\n\r\f\v-({[<").find(c) != std::string_view::npos;
-    out += boundary     ? c
-           : word_start ? pystr::upper(std::string(1, c))[0]
-                        : pystr::lower(std::string(1, c))[0];
+    const std::string_view one(&c, 1);
+    out += boundary ? one : word_start ? pystr::upper(one) : pystr::lower(one);
     word_start = boundary;
   }
   return out;

@@ -8,21 +8,6 @@
 namespace fpa::jinja {
 namespace {
 
-// Counts a nested call for as long as it runs.
-class CallDepth {
- public:
-  CallDepth(int& depth, int max) : depth_(depth) {
-    if (++depth_ > max) {
-      --depth_;
-      fail(absl::StrCat("macro calls nest deeper than ", max));
-    }
-  }
-  ~CallDepth() { --depth_; }
-
- private:
-  int& depth_;
-};
-
 // Binds `targets` to `value` (a list of as many items when there are several).
 void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& value) {
   if (targets.size() == 1) {
@@ -49,6 +34,13 @@ Json loop_info(const Json& items, size_t i) {
 }
 
 }  // namespace
+
+Nested::Nested(int& depth, int max, const char* what) : depth_(depth) {
+  if (++depth_ > max) {
+    --depth_;
+    fail(absl::StrCat(what, " nest deeper than ", max));
+  }
+}
 
 const Value* Scope::find(const std::string& name) const {
   for (const Scope* s = this; s != nullptr; s = s->parent.get()) {
@@ -99,6 +91,7 @@ Interpreter::Flow Interpreter::run(const Body& body, const std::shared_ptr<Scope
 
 Interpreter::Flow Interpreter::run(const Node& node, const std::shared_ptr<Scope>& scope,
                                    std::string& out) {
+  Nested frame(frames_, kMaxFrames, "statements and expressions");
   step(node.line);
   switch (node.kind) {
     case Node::Kind::kText:
@@ -193,7 +186,7 @@ Value Interpreter::macro(const Node& node, const std::shared_ptr<Scope>& scope) 
 
 Value Interpreter::call_body(const Node& node, const std::weak_ptr<Scope>& defined, Args& args,
                              const Params& params) {
-  CallDepth depth(call_depth_, limits_.max_call_depth);
+  Nested call(call_depth_, limits_.max_call_depth, "macro calls");
   auto s = std::make_shared<Scope>();
   s->parent = defined.lock();
   if (!s->parent) fail(absl::StrCat("'", node.name, "' is called outside its scope"));

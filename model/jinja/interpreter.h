@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "model/jinja/ast.h"
 #include "model/jinja/value.h"
@@ -30,6 +31,18 @@ struct Scope {
 
   // The innermost binding of name, or null.
   const Value* find(const std::string& name) const;
+};
+
+// Counts one level of a recursion for as long as it runs; fails past `max`.
+class Nested {
+ public:
+  Nested(int& depth, int max, const char* what);
+  ~Nested() { --depth_; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+
+ private:
+  int& depth_;
 };
 
 class Interpreter {
@@ -62,12 +75,22 @@ class Interpreter {
   Args eval_args(const Expr& e, const std::shared_ptr<Scope>& scope, size_t skip);
   Value eval_collection(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value eval_call(const Expr& e, const std::shared_ptr<Scope>& scope);
+  // Macros kept in lists (`[handle_docs, handle_tools]`, called as `fns[i](*args[i])`): JSON
+  // cannot hold a function, so a list holds a reference into functions_ (a binary value, which
+  // no request or file can produce), and calls and *args resolve it.
+  Json storable(const Value& v);
+  Value stored_function(const Value& v) const;
 
   const Limits limits_;
   std::shared_ptr<Scope> globals_;
+  std::vector<Value> functions_;
   uint64_t steps_ = 0;
   uint64_t work_bytes_ = 0;
   int call_depth_ = 0;
+  // Statements and expressions being evaluated, nested: what bounds the stack, whatever mix of
+  // nesting and macro recursion a template has.
+  static constexpr int kMaxFrames = 1500;
+  int frames_ = 0;
   int line_ = 0;
 };
 

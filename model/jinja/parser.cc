@@ -1,6 +1,7 @@
 #include "model/jinja/parser.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "absl/strings/str_cat.h"
@@ -343,9 +344,11 @@ class Parser {
     return parse_compare();
   }
 
+  // One comparison: Python chains `a < b < c` as `a < b and b < c`, which this does not.
+  // TODO(issue 24): chained comparisons.
   ExprPtr parse_compare() {
     ExprPtr left = parse_math1();
-    while (true) {
+    for (int n = 0;; ++n) {
       const int line = peek().line;
       std::string op;
       if (at(T::kOperator) &&
@@ -361,6 +364,7 @@ class Parser {
       } else {
         return left;
       }
+      if (n > 0) error(absl::StrCat("unsupported: chained comparison ('", op, "' after another)"));
       left = make(Expr::Kind::kBinary, line, op, std::move(left), parse_math1());
     }
   }
@@ -417,16 +421,10 @@ class Parser {
         while (at(T::kString)) s += next().value;  // adjacent literals join, as in Python
         return literal(s, t.line);
       }
-      case T::kInteger: {
-        int64_t n = 0;
-        const char* end = t.value.data() + t.value.size();
-        if (std::from_chars(t.value.data(), end, n).ptr != end) {
-          error(absl::StrCat("unsupported: integer ", t.value, " (out of 64-bit range)"));
-        }
-        return literal(n, t.line);
-      }
+      case T::kInteger:
+        return literal(integer(t.value), t.line);
       case T::kFloat:
-        return literal(std::stod(t.value), t.line);
+        return literal(std::strtod(t.value.c_str(), nullptr), t.line);  // 1e999: inf
       case T::kOperator:
         if (t.value == "(") return parse_parenthesized(t.line);
         if (t.value == "[") return parse_list(t.line);
@@ -436,6 +434,16 @@ class Parser {
         --pos_;
         error(absl::StrCat("unexpected ", describe(t)));
     }
+  }
+
+  int64_t integer(const std::string& digits) const {
+    int64_t n = 0;
+    const char* end = digits.data() + digits.size();
+    const auto [ptr, ec] = std::from_chars(digits.data(), end, n);
+    if (ec != std::errc() || ptr != end) {
+      error(absl::StrCat("unsupported: integer ", digits, " (out of 64-bit range)"));
+    }
+    return n;
   }
 
   static ExprPtr literal(Json value, int line) {
@@ -485,7 +493,7 @@ class Parser {
       if (skip_op(".")) {
         if (at(T::kInteger)) {
           e = make(Expr::Kind::kSubscript, line, "", std::move(e),
-                   literal(std::stoll(next().value), line));
+                   literal(integer(next().value), line));
         } else {
           e = make(Expr::Kind::kAttribute, line, expect_name(), std::move(e));
         }
@@ -530,7 +538,13 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (skip_op(")")) break;
-      if (at_op("*") || at_op("**")) error("unsupported: *args and **kwargs in calls");
+      if (at_op("**")) error("unsupported: **kwargs in calls");
+      if (at_op("*")) {  // *list: its items as positional arguments
+        const int line = next().line;
+        if (!e.named.empty()) error("*args follows a keyword argument");
+        e.items.push_back(make(Expr::Kind::kUnary, line, "*", parse_expression(true)));
+        continue;
+      }
       if (at(T::kName) && at(T::kOperator, "=", 1)) {
         std::string name = next().value;
         next();

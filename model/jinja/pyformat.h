@@ -13,6 +13,8 @@ namespace fpa::jinja {
 std::string py_str(const Value& v);
 
 // repr(j): 'quoted' strings, [1, 'a'], {'k': None}.
+// TODO(issue 24): strings escape control and C1 characters only; Python also escapes other
+// non-printable code points (U+200B, U+2028, ...) as \uXXXX.
 std::string py_repr(const Json& j);
 
 // repr(x) of a float: the shortest round trip, "1.0", "1e+16", "inf", "nan".

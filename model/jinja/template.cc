@@ -11,6 +11,8 @@ absl::StatusOr<Template> Template::parse(const std::string& source) {
     return Template(std::make_shared<const Body>(jinja::parse(source)));
   } catch (const Error& e) {
     return absl::InvalidArgumentError(e.what());
+  } catch (const std::exception& e) {  // a library error the code did not foresee: not a crash
+    return absl::InternalError(absl::StrCat("chat template parser: ", e.what()));
   }
 }
 
@@ -27,8 +29,8 @@ absl::StatusOr<std::string> Template::render(const nlohmann::ordered_json& conte
     return absl::InvalidArgumentError(e.what());
   } catch (const Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("line ", interpreter.line(), ": ", e.what()));
-  } catch (const nlohmann::json::exception& e) {  // a value of a type the code did not expect
-    return absl::InvalidArgumentError(absl::StrCat("line ", interpreter.line(), ": ", e.what()));
+  } catch (const std::exception& e) {  // a library error the code did not foresee: not a crash
+    return absl::InternalError(absl::StrCat("line ", interpreter.line(), ": ", e.what()));
   }
 }
 

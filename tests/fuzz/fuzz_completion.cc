@@ -21,14 +21,14 @@ void check_error(const absl::Status& st) {
 }
 
 void check_body(std::string_view body, bool chat) {
-  absl::StatusOr<fpa::server::CompletionRequest> req =
-      fpa::server::parse_completion_body(body, chat);
-  if (!req.ok()) return check_error(req.status());
   static const std::unique_ptr<fpa::Tokenizer> tokenizer = [] {
     fpa::ModelConfig config;
     config.vocab_size = 259;
     return fpa::make_byte_tokenizer(config);
   }();
+  absl::StatusOr<fpa::server::CompletionRequest> req =
+      fpa::server::parse_completion_body(body, chat, *tokenizer);
+  if (!req.ok()) return check_error(req.status());
   const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
   for (size_t i = 0; i < req->prompts.size(); ++i) {
     absl::StatusOr<fpa::server::GenerationParams> p =

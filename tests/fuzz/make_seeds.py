@@ -98,6 +98,12 @@ HTTP = [
 ]
 
 
+def chat_templates():
+    """The 53 published chat templates of tests/vectors/chat_templates/hf_jinja_e2e.json."""
+    with open(os.path.join(REPO, "tests", "vectors", "chat_templates", "hf_jinja_e2e.json")) as f:
+        return [case["chat_template"].encode() for case in json.load(f)]
+
+
 def write(target, name, data):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -120,6 +126,8 @@ def main():
         write("tokenizer", f"text-{i}.txt", text)
     for i, raw in enumerate(HTTP):
         write("http", f"http-{i}.txt", raw)
+    for i, template in enumerate(chat_templates()):
+        write("chat_template", f"template-{i:02d}.jinja", template)
 
 
 if __name__ == "__main__":

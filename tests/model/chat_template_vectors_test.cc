@@ -17,10 +17,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-// Cases this interpreter does not render, each failing with "unsupported: ...".
-// TODO(issue 24): macros stored in lists and called with *args (AI21-Jamba).
-const std::set<std::string> kKnownGaps = {"ai21labs/AI21-Jamba-Large-1.6"};
-
 // Cases whose target is huggingface.js's rendering, not Python's: Hammer2.1 prints
 // `tools|string`, which in Python is the list's repr ([{'type': ...}]), as JSON.
 const std::set<std::string> kNotPython = {"MadeAgents/Hammer2.1"};
@@ -70,12 +66,6 @@ TEST(ChatTemplateVectors, RendersEveryPublishedTemplateAsTransformersDoes) {
     absl::StatusOr<Template> t = Template::parse(c["chat_template"].get<std::string>());
     absl::StatusOr<std::string> out =
         t.ok() ? t->render(c["data"], options) : absl::StatusOr<std::string>(t.status());
-    if (kKnownGaps.contains(name)) {
-      ASSERT_FALSE(out.ok());
-      EXPECT_NE(std::string(out.status().message()).find("unsupported: "), std::string::npos)
-          << out.status();
-      continue;
-    }
     if (!out.ok()) {
       ADD_FAILURE() << out.status();
       continue;
@@ -87,7 +77,7 @@ TEST(ChatTemplateVectors, RendersEveryPublishedTemplateAsTransformersDoes) {
     EXPECT_EQ(*out, c["target"].get<std::string>());
     exact += *out == c["target"].get<std::string>();
   }
-  EXPECT_EQ(exact, static_cast<int>(cases.size() - kKnownGaps.size() - kNotPython.size()));
+  EXPECT_EQ(exact, static_cast<int>(cases.size() - kNotPython.size()));
 }
 
 }  // namespace

@@ -22,10 +22,8 @@ globalThis.Date = class extends RealDate {
 
 // Where the two differ, by template: the chats ("*": all) and why. Each was checked against
 // Python's jinja2 3.1.6 with transformers' settings, which renders (or fails) as fpa-serve does:
-// the differences are @huggingface/jinja's, but for AI21-Jamba, which fpa-serve does not
-// support (tests/model/chat_template_vectors_test.cc).
+// the differences are @huggingface/jinja's.
 const KNOWN_DIFFERENCES = {
-  "ai21labs/AI21-Jamba-Large-1.6": ["*", "fpa-serve: unsupported macros in lists and *args"],
   "MadeAgents/Hammer2.1": ["*", "js: `tools|string` prints JSON, Python the list's repr"],
   "meetkai/functionary-medium-v2.2": [["tool_calls"], "js: str + dict concatenates, Python fails"],
   "deepseek-ai/DeepSeek-R1": [["tool_calls"], "js: str + dict concatenates, Python fails"],
