@@ -44,8 +44,9 @@ Histogram::BucketBoundaries latency_buckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
 
-// vLLM's own boundaries for its names (vllm/v1/metrics/loggers.py), so that dashboards built for
-// vLLM read the same buckets: time to first token, then per output token, then whole requests.
+// vLLM's own boundaries for its names, so that dashboards built for vLLM read the same buckets
+// (https://github.com/vllm-project/vllm/blob/main/vllm/v1/metrics/loggers.py): time to first
+// token, then per output token, then whole requests.
 Histogram::BucketBoundaries vllm_ttft_buckets() {
   return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
           1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};

@@ -11,7 +11,7 @@ SAME_VALUE = {
     "vllm:generation_tokens_total": "fpa_generated_tokens_total",
     "vllm:num_preemptions_total": "fpa_preemptions_total",
 }
-# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), +Inf aside.
+# vLLM's bucket boundaries (https://github.com/vllm-project/vllm/blob/main/vllm/v1/metrics/loggers.py), +Inf aside.
 VLLM_BUCKETS = {
     "vllm:time_to_first_token_seconds": [
         0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
