@@ -152,8 +152,7 @@ def total(records, policy):
 
 def start(args, extra):
     return Server("--cache-bytes", str(args.cache_bytes), "--threads", str(args.threads),
-                  "--max-new-tokens", "4096", *args.server_flag, *extra, model=args.model,
-                  prefix_cache_default=True)
+                  "--max-new-tokens", "4096", *args.server_flag, *extra, model=args.model)
 
 
 def run_phases(servers, prompts, args):

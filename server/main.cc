@@ -129,21 +129,15 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
-// The prefix cache's share of the pool: the flag's, or the default unless the model cannot use
-// it (then off, said in the log).
+// The prefix cache's share of the pool, if the model can use it.
 absl::StatusOr<double> prefix_cache_share(const ServeOptions& o, const ModelConfig& config) {
   // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
-  if (!config.k_shift && !config.v_shift) return o.prefix_cache;
-  if (o.prefix_cache_given && o.prefix_cache > 0) {
+  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
     return absl::InvalidArgumentError(
         "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
         "with the prefix cache yet; leave it at 0");
   }
-  if (o.prefix_cache > 0) {
-    std::cerr << "fpa-serve: prefix cache off: the model's key/value shift does not work with it "
-                 "yet\n";
-  }
-  return 0.0;
+  return o.prefix_cache;
 }
 
 int serve(const ServeOptions& o) {

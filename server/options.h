@@ -26,11 +26,11 @@ struct ServeOptions {
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
   double cache_watermark = 0.01;  // share of the pool admission leaves free
-  // Share of the pool cached prefixes may hold; 0 = off. The default is on (vLLM's is too): the
-  // snapshots are reclaimable, so they take no room a request needs (bench/RESULTS.md, capacity
-  // with and without it).
-  double prefix_cache = 0.25;
-  bool prefix_cache_given = false;   // --prefix-cache on the command line
+  // Share of the pool cached prefixes may hold; 0 = off.
+  // TODO(issue 24): on by default as vLLM's once an offer costs no copy (the finished sequence
+  // becoming the snapshot itself, issue 23): with copies it cost 11% of the throughput on
+  // bench/capacity.py's non-repeating prompts (bench/RESULTS.md).
+  double prefix_cache = 0.0;
   std::optional<float> tau;          // the model's tau when absent
   int threads = 0;                   // 0 = every core
   std::string cpu_weights = "auto";  // auto | f32 | bf16 | int8: the CPU backend's projections

@@ -54,18 +54,13 @@ def wait_for(predicate, timeout=10.0):
 class Server:
     """A running fpa-serve with a client, its address and its /metrics URL."""
 
-    def __init__(self, *flags: str, model: str = TEST_MODEL, nofile: int | None = None,
-                 prefix_cache_default: bool = False):
-        """nofile: the open-file limit (soft and hard) of the server process. The suites were
-        written for exact page and byte counts, so the prefix cache (on by default since issue 24)
-        is off unless a flag sets it or prefix_cache_default keeps the server's default."""
+    def __init__(self, *flags: str, model: str = TEST_MODEL, nofile: int | None = None):
+        """nofile: the open-file limit (soft and hard) of the server process."""
         if not os.path.exists(SERVE_BIN):
             pytest.fail(f"{SERVE_BIN} is not built")
         self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
         # A pool of 16384 pages unless the caller sizes it in bytes.
         pool = [] if "--cache-bytes" in flags else ["--cache-pages", "16384"]
-        if not prefix_cache_default and not any(f.startswith("--prefix-cache") for f in flags):
-            pool += ["--prefix-cache", "0"]
         cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
                "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
                "--threads", "1", *pool, *flags]

@@ -2,9 +2,11 @@
 the cached state of the last one, gives the tokens of a cold run, and the hits show in usage,
 in the fpa_prefix_cache_* series and in vLLM's prefix-cache counters."""
 import os
+import subprocess
 import time
 
 from conftest import REPO, solo_generate
+from daemon import SERVE_BIN
 
 
 def test_next_turn_hits_and_equals_a_cold_run(make_server):
@@ -52,10 +54,11 @@ def test_regenerate_with_a_full_share(make_server):
     assert m["fpa_prefix_cache_snapshots"] == 1
 
 
-def test_on_by_default_and_its_pages_not_in_use(make_server):
-    """Without --prefix-cache the server caches prefixes (as vLLM does by default); what the
-    snapshots hold is reclaimable, so once idle no page counts as in use (vLLM's usage too)."""
-    s = make_server("--served-model-name", "fpa-test", prefix_cache_default=True)
+def test_cached_pages_are_not_in_use(make_server):
+    """What the snapshots hold is reclaimable, so once idle no page counts as in use (as vLLM
+    counts its cached blocks): a router reading vllm:kv_cache_usage_perc does not steer away from
+    a warm pod."""
+    s = make_server("--prefix-cache", "0.5", "--served-model-name", "fpa-test")
     prompt = s.client.tokenize("You are a careful assistant. Tell me about rivers.")
     first = s.client.generate(prompt, max_new_tokens=8)
     again = s.client.generate(prompt + list(first.token_ids), max_new_tokens=8)
@@ -68,23 +71,19 @@ def test_on_by_default_and_its_pages_not_in_use(make_server):
     assert len(info) == 1 and 'enable_prefix_caching="True"' in info[0]
 
 
-def test_off_for_a_model_with_a_key_value_shift(make_server, tmp_path):
-    """FoX Pro's shifted keys cannot be cached yet (TODO issue 25): by default the server turns
-    the prefix cache off and says so."""
+def test_refused_for_a_model_with_a_key_value_shift():
+    """FoX Pro's shifted keys cannot be cached yet (TODO issue 25): the server says so at start."""
     model = os.path.join(REPO, "tests/vectors/hf/fox_pro")
-    s = make_server(model=model, prefix_cache_default=True)
-    assert "prefix cache off" in s.output()
-    r = s.client.generate([1, 2, 3, 4, 5], max_new_tokens=4)
-    r = s.client.generate([1, 2, 3, 4, 5] + list(r.token_ids), max_new_tokens=4)
-    assert r.usage.cached_tokens == 0
+    run = subprocess.run([SERVE_BIN, "--model", model, "--prefix-cache", "0.5"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "key/value shift" in run.stderr
 
 
-def test_off_with_zero(make_server):
-    s = make_server("--prefix-cache", "0")
-    s.client.generate("Hello there", max_new_tokens=4)
-    r = s.client.generate("Hello there, again", max_new_tokens=4)
+def test_off_by_default(server):
+    server.client.generate("Hello there", max_new_tokens=4)
+    r = server.client.generate("Hello there, again", max_new_tokens=4)
     assert r.usage.cached_tokens == 0
-    assert s.metrics()["fpa_prefix_cache_snapshots"] == 0
+    assert server.metrics()["fpa_prefix_cache_snapshots"] == 0
 
 
 def test_http_usage_reports_cached_tokens(make_server):
