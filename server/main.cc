@@ -129,15 +129,15 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
-// The prefix cache's share of the pool, if the model can use it.
-absl::StatusOr<double> prefix_cache_share(const ServeOptions& o, const ModelConfig& config) {
+// Whether the model can use the prefix cache the flags ask for.
+absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config) {
   // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
   if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
     return absl::InvalidArgumentError(
         "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
         "with the prefix cache yet; leave it at 0");
   }
-  return o.prefix_cache;
+  return absl::OkStatus();
 }
 
 int serve(const ServeOptions& o) {
@@ -150,9 +150,8 @@ int serve(const ServeOptions& o) {
   const Model& model = *loaded->model;
   const CpuFormats& formats = loaded->formats;
   const ModelConfig& config = model.config();
-  const absl::StatusOr<double> prefix_share = prefix_cache_share(o, config);
-  if (!prefix_share.ok()) {
-    std::cerr << "fpa-serve: " << prefix_share.status().message() << "\n";
+  if (const absl::Status st = check_prefix_cache(o, config); !st.ok()) {
+    std::cerr << "fpa-serve: " << st.message() << "\n";
     return 1;
   }
   // A chat template that does not parse leaves the model usable without chat.
@@ -174,7 +173,7 @@ int serve(const ServeOptions& o) {
   ModelRunner runner(model, **kv, std::move(*backend));
 
   const std::string model_name = served_model_name(o);
-  ServerMetrics metrics(**kv, model_name, *prefix_share > 0);
+  ServerMetrics metrics(**kv, model_name, o.prefix_cache > 0);
   http::Limits http_limits;
   http_limits.on_failure = [&metrics] { metrics.add_http_failure(); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http = http::HttpServer::start(
@@ -186,7 +185,7 @@ int serve(const ServeOptions& o) {
 
   Scheduler scheduler(runner,
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
-                       o.cache_pages ? "--cache-pages" : "--cache-bytes", *prefix_share},
+                       o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
                       &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
