@@ -56,13 +56,6 @@ absl::StatusOr<ChatPrompt> render_chat(const json& body, const Tokenizer& tokeni
   return ChatPrompt{std::move(*text), own != nullptr};
 }
 
-std::vector<int32_t> encode_without_bos(const std::string& text, const Tokenizer& tokenizer) {
-  std::vector<int32_t> ids = tokenizer.encode(text);
-  const std::optional<int32_t> bos = tokenizer.special().bos;
-  if (!ids.empty() && bos && ids.front() == *bos) ids.erase(ids.begin());
-  return ids;
-}
-
 absl::StatusOr<json> chat_to_completion(const json& body, const Tokenizer& tokenizer) {
   absl::StatusOr<ChatPrompt> prompt = render_chat(body, tokenizer);
   if (!prompt.ok()) return prompt.status();

@@ -32,9 +32,6 @@ struct ChatPrompt {
 // names the message and field.
 absl::StatusOr<ChatPrompt> render_chat(const nlohmann::json& body, const Tokenizer& tokenizer);
 
-// The ids of `text` without the BOS the tokenizer adds in front (an empty prompt stays empty).
-std::vector<int32_t> encode_without_bos(const std::string& text, const Tokenizer& tokenizer);
-
 // The completion body equivalent to a chat body: "prompt" from "messages" (token ids with the
 // model's own template), max_completion_tokens as max_tokens, the default template's
 // end-of-turn marker added to "stop", "logprobs": true read as 0 alternatives.

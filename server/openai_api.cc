@@ -167,7 +167,8 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
       req->include_stop,
       params.stop_token_ids,
       info_.limits.tokenizer,
-      req->n};
+      req->n,
+      req->prompt_logprobs};
   std::make_shared<CompletionCall>(std::move(exchange), std::move(meta), metrics_)
       ->start(scheduler_, std::move(*requests));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "model/utf8.h"
 #include "server/openai_request.h"
@@ -82,6 +83,27 @@ json chat_logprobs(const Tokenizer& tokenizer, const json& tokens, const TokenCh
   return {{"content", content}};
 }
 
+// vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank,
+// decoded_token}} for the token itself and its `alternatives` likeliest.
+json vllm_prompt_logprobs(const Tokenizer& tokenizer, const TokenChunk& prompt, int alternatives) {
+  json out = json::array({nullptr});
+  auto entry = [&](float logprob, int32_t rank, int32_t id) {
+    return json{
+        {"logprob", logprob}, {"rank", rank}, {"decoded_token", token_string(tokenizer, id)}};
+  };
+  for (size_t i = 1; i < prompt.ids.size(); ++i) {
+    json at = json::object();
+    at[std::to_string(prompt.ids[i])] = entry(prompt.logprobs[i], prompt.ranks[i], prompt.ids[i]);
+    const std::vector<TokenLogprob>& top = prompt.top[i];
+    for (size_t j = 0; j < top.size() && j < static_cast<size_t>(alternatives); ++j) {
+      at.emplace(std::to_string(top[j].token),
+                 entry(top[j].logprob, static_cast<int32_t>(j + 1), top[j].token));
+    }
+    out.push_back(std::move(at));
+  }
+  return out;
+}
+
 // `more` appended to `to`: ids, logprobs, alternatives and text.
 void append(TokenChunk& to, const TokenChunk& more) {
   to.ids.insert(to.ids.end(), more.ids.begin(), more.ids.end());
@@ -120,6 +142,7 @@ class CompletionCall::Choice final : public RequestSink {
   const char* reason = nullptr;
   bool role_sent = false;
   int64_t text_offset = 0;  // bytes of text before the next token, for logprobs.text_offset
+  json prompt_logprobs;     // vLLM's, until the first response or event that carries them
 
  private:
   CompletionCall& call_;
@@ -178,6 +201,17 @@ json CompletionCall::envelope(json choices) const {
   if (meta_.stream && meta_.include_usage) e["usage"] = nullptr;
   return e;
 }
+// One choice's event; its prompt_logprobs go in the first (in the choice for completions, at the
+// top for chat, as vLLM places them).
+json CompletionCall::event(Choice& c, const TokenChunk& tokens, const char* reason) {
+  json e = envelope(json::array({choice(c, tokens, reason)}));
+  if (!c.prompt_logprobs.is_null()) {
+    json& at = meta_.chat ? e : e["choices"][0];
+    at["prompt_logprobs"] = std::exchange(c.prompt_logprobs, nullptr);
+  }
+  return e;
+}
+
 json CompletionCall::choice(Choice& ch, const TokenChunk& tokens, const char* reason) {
   json lp = nullptr;
   if (meta_.logprobs) {
@@ -241,14 +275,19 @@ void CompletionCall::send_event(const json& event) {
 void CompletionCall::on_tokens(Choice& c, TokenChunk chunk) {
   std::lock_guard lock(mu_);
   if (chunk.prompt) {
-    if (!meta_.echo) return;
-    // The echoed prompt is the text of its tokens, so that text_offset counts it.
+    if (meta_.prompt_logprobs) {
+      c.prompt_logprobs = vllm_prompt_logprobs(*meta_.tokenizer, chunk, *meta_.prompt_logprobs);
+    }
+    if (!meta_.echo) return;  // prompt_logprobs go out with the first token
+    // The echoed prompt is the text of its tokens, so that text_offset counts it; its
+    // alternatives were scored for the larger of logprobs and prompt_logprobs.
     chunk.text = meta_.tokenizer->decode(chunk.ids);
+    for (auto& top : chunk.top) top.resize(std::min<size_t>(top.size(), meta_.top_logprobs));
   } else {
     chunk.text = trim(c, chunk);
   }
   if (!meta_.stream) return append(c.gathered, chunk);
-  if (error_.ok()) send_event(envelope(json::array({choice(c, chunk, nullptr)})));
+  if (error_.ok()) send_event(event(c, chunk, nullptr));
 }
 
 void CompletionCall::on_finish(Choice& c, Completion done) {
@@ -265,7 +304,7 @@ void CompletionCall::on_finish(Choice& c, Completion done) {
   if (meta_.stream && error_.ok()) {
     TokenChunk last;
     last.text = c.gathered.text;  // streamed text is never gathered: only the tail is here
-    send_event(envelope(json::array({choice(c, last, c.reason)})));
+    send_event(event(c, last, c.reason));
   }
   if (pending_ > 0) return;
   keep = std::move(self_);
@@ -278,8 +317,16 @@ void CompletionCall::answer() {
   if (!error_.ok() && !streaming_) return reply_error(*exchange_, api_error(error_));
   if (!meta_.stream) {
     json all = json::array();
-    for (auto& c : choices_) all.push_back(choice(*c, c->gathered, c->reason));
+    for (auto& c : choices_) {
+      all.push_back(choice(*c, c->gathered, c->reason));
+      if (!meta_.chat && !c->prompt_logprobs.is_null()) {
+        all.back()["prompt_logprobs"] = std::move(c->prompt_logprobs);
+      }
+    }
     json body = envelope(std::move(all));
+    if (meta_.chat && !choices_.empty() && !choices_[0]->prompt_logprobs.is_null()) {
+      body["prompt_logprobs"] = std::move(choices_[0]->prompt_logprobs);  // one prompt in a chat
+    }
     body["usage"] = usage_json(usage_);
     return exchange_->reply(200, kJson, json_text(body));
   }

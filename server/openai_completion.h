@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct CompletionMeta {
   std::vector<int32_t> stop_token_ids;   // their text is trimmed likewise
   const Tokenizer* tokenizer = nullptr;  // the model's: spells logprobs tokens
   int n = 1;                             // choices per prompt
+  std::optional<int> prompt_logprobs;    // vLLM's prompt_logprobs: alternatives per prompt token
 };
 
 // An OpenAI-style error response (429s with Retry-After).
@@ -60,6 +62,7 @@ class CompletionCall final : public std::enable_shared_from_this<CompletionCall>
   void answer();  // every choice finished
   nlohmann::json envelope(nlohmann::json choices) const;
   nlohmann::json choice(Choice& c, const TokenChunk& tokens, const char* finish_reason);
+  nlohmann::json event(Choice& c, const TokenChunk& tokens, const char* finish_reason);
   std::string trim(Choice& c, const TokenChunk& chunk);
   void send_event(const nlohmann::json& event);
   void cancel_all();

@@ -90,22 +90,29 @@ absl::Status set_n(const json& v, CompletionRequest& r) {
   return absl::OkStatus();
 }
 
-absl::Status set_stop_token_ids(const json& v, CompletionRequest& r) {
-  if (!v.is_array()) return bad("stop_token_ids", "must be an array of token ids");
-  for (const json& id : v) {
-    if (!is_int32(id)) return bad("stop_token_ids", "must be an array of token ids");
-    r.generate.add_stop_token_ids(id.get<int32_t>());
-  }
-  return absl::OkStatus();
+// An array of token ids; to_params checks them against the vocabulary.
+Setter ids_field(absl::string_view name, std::function<void(v1::GenerateRequest&, int32_t)> add) {
+  return [name, add](const json& v, CompletionRequest& r) {
+    if (!v.is_array()) return bad(name, "must be an array of token ids");
+    for (const json& id : v) {
+      if (!is_int32(id)) return bad(name, "must be an array of token ids");
+      add(r.generate, id.get<int32_t>());
+    }
+    return absl::OkStatus();
+  };
 }
 
-absl::Status set_stop(const json& v, CompletionRequest& r) {
-  std::vector<json> items = v.is_array() ? v.get<std::vector<json>>() : std::vector<json>{v};
-  for (const json& s : items) {
-    if (!s.is_string()) return bad("stop", "must be a string or an array of strings");
-    r.generate.add_stop(s.get<std::string>());
-  }
-  return absl::OkStatus();
+// A string, or an array of strings.
+Setter strings_field(absl::string_view name,
+                     std::function<void(v1::GenerateRequest&, std::string)> add) {
+  return [name, add](const json& v, CompletionRequest& r) {
+    std::vector<json> items = v.is_array() ? v.get<std::vector<json>>() : std::vector<json>{v};
+    for (const json& s : items) {
+      if (!s.is_string()) return bad(name, "must be a string or an array of strings");
+      add(r.generate, s.get<std::string>());
+    }
+    return absl::OkStatus();
+  };
 }
 
 // logprobs: the number of alternatives per token beside the sampled one's log-probability
@@ -133,6 +140,15 @@ absl::Status set_logit_bias(const json& v, CompletionRequest& r) {
     if (!bias.is_number()) return bad("logit_bias", "values must be numbers");
     (*r.generate.mutable_logit_bias())[id] = bias.get<float>();
   }
+  return absl::OkStatus();
+}
+
+// vLLM's prompt_logprobs: the prompt's tokens scored, with this many alternatives each (to_params
+// checks the range as prompt_top_logprobs).
+absl::Status set_prompt_logprobs(const json& v, CompletionRequest& r) {
+  if (!is_int32(v)) return bad("prompt_logprobs", "must be an integer (alternatives per token)");
+  r.prompt_logprobs = v.get<int32_t>();
+  r.generate.set_prompt_top_logprobs(v.get<int32_t>());
   return absl::OkStatus();
 }
 
@@ -184,8 +200,13 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       // vLLM spells "off" -1; the proto spells it 0.
       {"top_k", int32_field("top_k", [](G& g, int32_t x) { g.set_top_k(x == -1 ? 0 : x); })},
       {"seed", set_seed},
-      {"stop", set_stop},
-      {"stop_token_ids", set_stop_token_ids},
+      {"stop", strings_field("stop", [](G& g, std::string s) { g.add_stop(std::move(s)); })},
+      {"stop_token_ids",
+       ids_field("stop_token_ids", [](G& g, int32_t id) { g.add_stop_token_ids(id); })},
+      {"allowed_token_ids",
+       ids_field("allowed_token_ids", [](G& g, int32_t id) { g.add_allowed_token_ids(id); })},
+      {"bad_words",
+       strings_field("bad_words", [](G& g, std::string s) { g.add_bad_words(std::move(s)); })},
       {"include_stop_str_in_output",
        bool_field("include_stop_str_in_output", [](auto& r, bool b) { r.include_stop = b; })},
       {"logprobs", set_logprobs},
@@ -208,6 +229,10 @@ const std::vector<std::pair<absl::string_view, Setter>>& fields() {
       {"n", set_n},
       {"best_of", neutral_only("best_of", 1, "only 1")},
       {"echo", bool_field("echo", [](auto& r, bool b) { r.echo = b; })},
+      {"prompt_logprobs", set_prompt_logprobs},
+      {"use_beam_search", neutral_only("use_beam_search", false, "beam search is not implemented")},
+      {"length_penalty", neutral_only("length_penalty", 1,
+                                      "only 1 (it weighs beams; beam search is not implemented)")},
       {"presence_penalty",
        number_field("presence_penalty", [](G& g, float x) { g.set_presence_penalty(x); })},
       {"frequency_penalty",
@@ -226,6 +251,7 @@ absl::string_view openai_name(absl::string_view proto_field) {
   if (proto_field == "text" || proto_field == "tokens.ids") return "prompt";
   if (proto_field == "max_new_tokens") return "max_tokens";
   if (proto_field == "top_logprobs") return "logprobs";  // chat's top_logprobs arrives as it
+  if (proto_field == "prompt_top_logprobs") return "prompt_logprobs";
   return proto_field;
 }
 
@@ -266,7 +292,7 @@ absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
   }
   // The echoed prompt comes from the scheduler with its scores (lm-evaluation-harness's
   // loglikelihood reads them), and then max_tokens may be 0.
-  r.generate.set_prompt_logprobs(r.echo);
+  r.generate.set_prompt_logprobs(r.echo || r.prompt_logprobs.has_value());
   return r;
 }
 

@@ -33,10 +33,11 @@ struct CompletionRequest {
   int n = 1;
   std::optional<std::string> model;
   bool stream = false;
-  bool include_usage = false;        // stream_options.include_usage
-  bool include_stop = false;         // include_stop_str_in_output: keep the matched stop string
-  bool echo = false;                 // the prompt before the completion's text (and logprobs)
-  std::vector<std::string> ignored;  // unknown fields, accepted and ignored as vLLM does
+  bool include_usage = false;          // stream_options.include_usage
+  bool include_stop = false;           // include_stop_str_in_output: keep the matched stop string
+  bool echo = false;                   // the prompt before the completion's text (and logprobs)
+  std::optional<int> prompt_logprobs;  // vLLM's: the prompt scored, with this many alternatives
+  std::vector<std::string> ignored;    // unknown fields, accepted and ignored as vLLM does
 };
 
 // InvalidArgument with a message that starts with the OpenAI field's name.

@@ -29,6 +29,7 @@ struct GenerationParams {
   bool logprobs = false;  // sampling.top_logprobs alternatives with each
   // Score the prompt: a first chunk (TokenChunk::prompt) carries its tokens' log-probabilities.
   bool prompt_logprobs = false;
+  int prompt_top_logprobs = 0;  // alternatives with each prompt token's score
   bool ignore_eos = false;
   cache::PolicyConfig policy;
 };
@@ -40,8 +41,10 @@ struct TokenChunk {
   std::vector<float> logprobs;                 // empty unless requested
   std::vector<std::vector<TokenLogprob>> top;  // with logprobs: top_logprobs alternatives each
   std::string text;                            // complete UTF-8 characters only
-  // The prompt's tokens: logprobs[0] is NaN (nothing predicts the first), text is empty.
+  // The prompt's tokens: logprobs[0] is NaN (nothing predicts the first), text is empty, and
+  // ranks[i] is token i's rank (1 = likeliest) among the vocabulary.
   bool prompt = false;
+  std::vector<int32_t> ranks;
 };
 
 struct Usage {

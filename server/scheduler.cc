@@ -475,7 +475,7 @@ void Scheduler::score_prompt(Active& a, size_t from, std::span<const float> rows
     const size_t predicted = from + k + 1;
     if (predicted >= a.prompt_size()) break;
     a.prompt_scores[predicted] = score(rows.subspan(k * vocab, vocab), a.context[predicted],
-                                       a.req->params.sampling.top_logprobs);
+                                       a.req->params.prompt_top_logprobs);
   }
 }
 
@@ -489,6 +489,7 @@ bool Scheduler::send_prompt_scores(Active& a) {
   for (Scored& s : a.prompt_scores) {
     chunk.logprobs.push_back(s.logprob);
     chunk.top.push_back(std::move(s.top));
+    chunk.ranks.push_back(s.rank);
   }
   a.prompt_scores.clear();
   a.req->sink->on_tokens(std::move(chunk));

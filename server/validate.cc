@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cache/policy.h"
 
@@ -61,6 +62,12 @@ absl::StatusOr<std::vector<int32_t>> prompt_of(const v1::GenerateRequest& req,
   return prompt;
 }
 
+absl::Status check_vocabulary_id(absl::string_view field, int32_t id, const RequestLimits& limits) {
+  if (id >= 0 && id < limits.vocab_size) return absl::OkStatus();
+  return bad(field,
+             absl::StrCat("id ", id, " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+}
+
 absl::Status check_sampling(const v1::GenerateRequest& req, GenerationParams& p) {
   if (!std::isfinite(req.temperature()) || req.temperature() < 0) {
     return bad("temperature", absl::StrCat(req.temperature(), " must be a finite number >= 0"));
@@ -98,10 +105,7 @@ absl::Status check_penalties(const v1::GenerateRequest& req, const RequestLimits
   r.presence_penalty = req.presence_penalty();
   r.frequency_penalty = req.frequency_penalty();
   for (const auto& [id, bias] : req.logit_bias()) {
-    if (id < 0 || id >= limits.vocab_size) {
-      return bad("logit_bias", absl::StrCat("id ", id, " is outside the vocabulary [0, ",
-                                            limits.vocab_size, ")"));
-    }
+    if (absl::Status st = check_vocabulary_id("logit_bias", id, limits); !st.ok()) return st;
     if (!within(bias, -kMaxLogitBias, kMaxLogitBias)) {
       return bad("logit_bias",
                  absl::StrCat("bias ", bias, " of id ", id, " must be in [-100, 100]"));
@@ -122,12 +126,53 @@ absl::Status check_filters(const v1::GenerateRequest& req, GenerationParams& p) 
                absl::StrCat(req.top_logprobs(), " must be in [0, ", kMaxTopLogprobs, "]"));
   }
   p.sampling.top_logprobs = req.top_logprobs();
+  if (req.prompt_top_logprobs() < 0 || req.prompt_top_logprobs() > kMaxTopLogprobs) {
+    return bad("prompt_top_logprobs",
+               absl::StrCat(req.prompt_top_logprobs(), " must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  p.prompt_top_logprobs = std::max(req.prompt_top_logprobs(), req.top_logprobs());
   if (req.min_tokens() < 0 || req.min_tokens() > p.max_new_tokens) {
     return bad(
         "min_tokens",
         absl::StrCat(req.min_tokens(), " must be in [0, max_new_tokens = ", p.max_new_tokens, "]"));
   }
   p.sampling.rules.min_tokens = req.min_tokens();
+  return absl::OkStatus();
+}
+
+// A bad word as vLLM encodes it: as the text's start, and after a space where that gives as
+// many ids (a byte-level BPE's " word" is one id where "word" is one; a longer spelling would
+// ban a different word's pieces).
+void add_bad_word(absl::string_view word, const Tokenizer& tokenizer, LogitRules& r) {
+  word = absl::StripLeadingAsciiWhitespace(word);
+  std::vector<int32_t> alone = encode_without_bos({word.data(), word.size()}, tokenizer);
+  std::vector<int32_t> spaced = encode_without_bos(absl::StrCat(" ", word), tokenizer);
+  if (alone.empty()) return;  // a tokenizer that spells the word with no id cannot produce it
+  const bool both = spaced.size() == alone.size() && spaced[0] != alone[0];
+  r.bad_words.push_back(std::move(alone));
+  if (both) r.bad_words.push_back(std::move(spaced));
+}
+
+absl::Status check_masks(const v1::GenerateRequest& req, const RequestLimits& limits,
+                         GenerationParams& p) {
+  LogitRules& r = p.sampling.rules;
+  for (int32_t id : req.allowed_token_ids()) {
+    if (absl::Status st = check_vocabulary_id("allowed_token_ids", id, limits); !st.ok()) return st;
+    r.allowed_ids.push_back(id);
+  }
+  std::ranges::sort(r.allowed_ids);
+  r.allowed_ids.erase(std::unique(r.allowed_ids.begin(), r.allowed_ids.end()), r.allowed_ids.end());
+  if (req.bad_words_size() > kMaxBadWords) {
+    return bad("bad_words", absl::StrCat(req.bad_words_size(), " words, at most ", kMaxBadWords));
+  }
+  for (int i = 0; i < req.bad_words_size(); ++i) {
+    const std::string& word = req.bad_words(i);
+    if (absl::StripLeadingAsciiWhitespace(word).empty() || word.size() > kMaxStopBytes) {
+      return bad("bad_words", absl::StrCat("word ", i, " must have 1 to ", kMaxStopBytes,
+                                           " bytes other than leading spaces"));
+    }
+    add_bad_word(word, *limits.tokenizer, r);
+  }
   return absl::OkStatus();
 }
 
@@ -144,10 +189,7 @@ absl::Status check_stop(const v1::GenerateRequest& req, const RequestLimits& lim
     p.stop.push_back(s);
   }
   for (int32_t id : req.stop_token_ids()) {
-    if (id < 0 || id >= limits.vocab_size) {
-      return bad("stop_token_ids", absl::StrCat("id ", id, " is outside the vocabulary [0, ",
-                                                limits.vocab_size, ")"));
-    }
+    if (absl::Status st = check_vocabulary_id("stop_token_ids", id, limits); !st.ok()) return st;
     p.stop_token_ids.push_back(id);
   }
   return absl::OkStatus();
@@ -231,6 +273,7 @@ absl::StatusOr<GenerationParams> to_params(const v1::GenerateRequest& req,
   if (absl::Status st = check_penalties(req, limits, p); !st.ok()) return st;
   if (absl::Status st = check_filters(req, p); !st.ok()) return st;
   if (absl::Status st = check_stop(req, limits, p); !st.ok()) return st;
+  if (absl::Status st = check_masks(req, limits, p); !st.ok()) return st;
   if (absl::Status st = check_policy(req, limits, p); !st.ok()) return st;
   p.logprobs = req.logprobs();
   p.ignore_eos = req.ignore_eos();

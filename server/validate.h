@@ -19,7 +19,8 @@ struct RequestLimits {
 
 inline constexpr int kDefaultMaxNewTokens = 64;
 inline constexpr int kMaxStopSequences = 16;
-inline constexpr size_t kMaxStopBytes = 256;
+inline constexpr size_t kMaxStopBytes = 256;  // a stop sequence's or a bad word's
+inline constexpr int kMaxBadWords = 64;
 
 // Client strings echoed in errors are cut: an 8000-byte one would overflow gRPC's metadata
 // limit (the client would see RESOURCE_EXHAUSTED instead), and an HTTP error would be as large
