@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "absl/strings/str_cat.h"
+#include "kernels/shift_rule.h"
+#include "model/status_macros.h"
 
 namespace fpa::cuda {
 
@@ -17,15 +18,9 @@ absl::StatusOr<ShiftSlots::Step> ShiftSlots::begin(std::span<const ForwardItem> 
   // Lowest slot last, so that the buffer's low slots are the ones in use.
   std::sort(free_.begin(), free_.end(), std::greater<>());
   for (const ForwardItem& it : items) {
-    if (it.start_pos == 0) continue;
-    auto found = seqs_.find(it.seq);
-    if (found == seqs_.end() || found->second.next_pos != it.start_pos) {
-      // TODO(issue 25): carry the shift rows with forks and prefix-cache entries.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "forward: sequence ", it.seq, " starts at position ", it.start_pos,
-          " without the key/value shift state of the position before (a fork or a prefix-cache "
-          "hit, which FoX Pro's shift does not support yet)"));
-    }
+    const auto found = seqs_.find(it.seq);
+    FPA_RETURN_IF_ERROR(check_shift_continues(
+        it, found == seqs_.end() ? std::nullopt : std::optional(found->second.next_pos)));
   }
   Step step;
   for (const ForwardItem& it : items) {

@@ -2,10 +2,10 @@
 // test it): row t of k (v) mixes in row t - 1 of the projection (kernels/cpu/shift_state.h), so a
 // sequence carries its last projection row of every layer from one forward (prompt chunk, decode
 // step) to the next. The device keeps those rows in slots of one buffer; this class says which
-// slot is whose. Its rules are the CPU backend's: a sequence at position 0 (new, or recomputed
-// from the start after a preemption) starts from zero rows; one that continues must start where
-// its last forward ended; one that starts elsewhere without rows (a fork, a prefix-cache hit) is
-// refused.
+// slot is whose. Its rule is the CPU backend's (kernels/shift_rule.h): a sequence at position 0
+// (new, or recomputed from the start after a preemption) starts from zero rows; one that
+// continues must start where its last forward ended; one that starts elsewhere without rows (a
+// fork, a prefix-cache hit) is refused.
 #pragma once
 
 #include <cstdint>
