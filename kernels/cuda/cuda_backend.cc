@@ -19,6 +19,7 @@
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/fox_pro_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch_check.h"
 #include "kernels/cuda/projection_layout.h"

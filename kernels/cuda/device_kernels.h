@@ -1,5 +1,5 @@
-// Launchers of the CUDA kernels (attention.cu, layer_ops.cu, fox_pro_ops.cu), callable from host
-// C++. Activations are float32 row-major [rows][width]; every launcher returns the launch's error,
+// Launchers of the CUDA kernels (attention.cu, layer_ops.cu), callable from host C++.
+// Activations are float32 row-major [rows][width]; every launcher returns the launch's error,
 // naming the kernel, and with FPA_CUDA_SYNC=1 the kernel's own (launch_check.h).
 #pragma once
 
@@ -90,48 +90,6 @@ absl::Status launch_swiglu(const float* gu, int rows, int d_ff, float* out, cuda
 // RoPE (rotate-half pairing) on the q and k parts of qkv, in place.
 absl::Status launch_rope(float* qkv, int qkv_stride, int rows, int n_heads, int head_dim,
                          const int32_t* row_pos, float theta, cudaStream_t stream);
-
-// FoX Pro's per-head stage, in place on x [rows][x_stride] (head h at h * head_dim): each head's
-// slice RMS-normed (unless weight is null) with weight [n_heads * head_dim] (weight_head_stride
-// head_dim) or one [head_dim] scale shared by every head (weight_head_stride 0), then times
-// act(gate) (unless gate is null; gate [rows][gate_stride], head h at h * head_dim; act silu or
-// sigmoid). QK-norm on q and on k; the output norm and gate on the attention output.
-struct HeadNormArgs {
-  float* x = nullptr;
-  int x_stride = 0;
-  int rows = 0;
-  int n_heads = 0;
-  int head_dim = 0;
-  const float* weight = nullptr;
-  int weight_head_stride = 0;
-  float eps = 0.0f;
-  const float* gate = nullptr;
-  int gate_stride = 0;
-  bool gate_silu = false;
-};
-absl::Status launch_head_norm(const HeadNormArgs& args, cudaStream_t stream);
-
-// FoX Pro's key / value shift (shift_slots.h), in place on the k and v parts of qkv: row t of
-// each item becomes a_t y_{t-1} + (1 - a_t) y_t per head, a = sigmoid(gate pre-activation), y_{-1}
-// the item's slot row of this layer; that row then becomes the item's last unshifted row.
-struct ShiftArgs {
-  float* qkv = nullptr;  // [rows][qkv_stride]: q | k | v, head h at h * head_dim
-  int qkv_stride = 0;
-  const float* gates = nullptr;  // [rows][gate_stride]: the fused field row (projection_layout.h)
-  int gate_stride = 0;
-  int k_gate_col = -1;  // -1: that part is not shifted
-  int v_gate_col = -1;
-  const int32_t* item_row0 = nullptr;
-  const int32_t* item_len = nullptr;
-  const int32_t* item_slot = nullptr;
-  float* state = nullptr;  // [slots][n_layers][2: k, v][n_heads * head_dim]
-  int layer = 0;
-  int n_layers = 0;
-  int items = 0;
-  int n_heads = 0;
-  int head_dim = 0;
-};
-absl::Status launch_shift(const ShiftArgs& args, cudaStream_t stream);
 
 struct FieldArgs {
   const float* fl = nullptr;  // [rows][fl_stride]: field pre-activations | level offsets

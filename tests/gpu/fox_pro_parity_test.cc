@@ -23,8 +23,10 @@ namespace {
 
 // max |ours - reference| / max |reference|, float32: the bound, the CPU backend's too.
 constexpr double kF32Tolerance = 1e-4;
-// bf16 weights and keys against the float32 reference (the other CUDA suites' bound).
+// bf16 weights and keys against the float32 reference (the other CUDA suites' bounds): a key
+// decided the other way near its threshold still carries up to exp(-tau) of a key's weight.
 constexpr double kBf16Tolerance = 4e-2;
+constexpr double kBf16EvictTolerance = 1e-1;
 
 struct Path {
   bool settle_after_step, graphs;
@@ -254,7 +256,8 @@ TEST_P(FoxProParity, Bf16StaysNearTheReference) {
   make_cuda(/*bf16=*/true);
   for (cache::Policy policy : policies(tau_)) {
     const std::vector<float> ours = run_chunks(*cuda_, start(*cache_, policy), 7);
-    EXPECT_LE(rel_error(ours, ref(policy)), kBf16Tolerance)
+    EXPECT_LE(rel_error(ours, ref(policy)),
+              policy == cache::Policy::kNone ? kBf16Tolerance : kBf16EvictTolerance)
         << "policy " << static_cast<int>(policy);
   }
 }
