@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
+#include "kernels/shift_rule.h"
+#include "model/status_macros.h"
 
 namespace fpa::cpu {
 
@@ -14,14 +15,9 @@ absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache:
       states_[it.seq] = {0, std::vector<float>(static_cast<size_t>(n_layers_) * 2 * width_)};
       continue;
     }
-    auto found = states_.find(it.seq);
-    if (found == states_.end() || found->second.next_pos != it.start_pos) {
-      // TODO(issue 25): carry the shift rows with forks and prefix-cache entries.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "forward: sequence ", it.seq, " starts at position ", it.start_pos,
-          " without the key/value shift state of the position before (a fork or a prefix-cache "
-          "hit, which FoX Pro's shift does not support yet)"));
-    }
+    const auto found = states_.find(it.seq);
+    FPA_RETURN_IF_ERROR(check_shift_continues(
+        it, found == states_.end() ? std::nullopt : std::optional(found->second.next_pos)));
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,8 @@
 // projection y' becomes a_t y'_{t-1} + (1 - a_t) y'_t per head, a = sigmoid(shift x), so each
 // sequence carries its last y' row per layer from one forward (prompt chunk, decode step) to the
 // next. A sequence that starts over (position 0, as after a preemption) starts from zeros; one
-// that starts elsewhere without that row (a fork, a prefix-cache hit) is an error.
+// that starts elsewhere without that row (a fork, a prefix-cache hit) is an error
+// (kernels/shift_rule.h, the CUDA backend's rule too).
 #pragma once
 
 #include <cstdint>
