@@ -21,15 +21,15 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
 #include "model/model_chat_template.h"
-#include "server/acceptor.h"
 #include "server/engine/model_runner.h"
-#include "server/listen_socket.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/openai_api.h"
+#include "server/grpc/acceptor.h"
+#include "server/grpc/listen_socket.h"
+#include "server/grpc/service.h"
+#include "server/metrics/metrics.h"
+#include "server/metrics/metrics_http.h"
+#include "server/openai/openai_api.h"
 #include "server/options.h"
-#include "server/scheduler.h"
-#include "server/service.h"
+#include "server/scheduler/scheduler.h"
 
 namespace fpa::server {
 

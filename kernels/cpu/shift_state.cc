@@ -8,9 +8,10 @@
 
 namespace fpa::cpu {
 
-absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache::KvCache& cache) {
+absl::Status ShiftStates::begin(std::span<const cache::BatchItem> items,
+                                const cache::KvCache& cache) {
   absl::erase_if(states_, [&](const auto& entry) { return !cache.contains(entry.first); });
-  for (const ForwardItem& it : items) {
+  for (const cache::BatchItem& it : items) {
     if (it.start_pos == 0) {
       states_[it.seq] = {0, std::vector<float>(static_cast<size_t>(n_layers_) * 2 * width_)};
       continue;
@@ -22,8 +23,8 @@ absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache:
   return absl::OkStatus();
 }
 
-void ShiftStates::end(std::span<const ForwardItem> items) {
-  for (const ForwardItem& it : items) {
+void ShiftStates::end(std::span<const cache::BatchItem> items) {
+  for (const cache::BatchItem& it : items) {
     states_[it.seq].next_pos = it.start_pos + static_cast<int32_t>(it.tokens.size());
   }
 }

@@ -24,9 +24,9 @@ class ShiftStates {
 
   // Before a forward: every item's state, fresh at position 0; states of sequences the cache no
   // longer holds are dropped.
-  absl::Status begin(std::span<const ForwardItem> items, const cache::KvCache& cache);
+  absl::Status begin(std::span<const cache::BatchItem> items, const cache::KvCache& cache);
   // After it: where each item's sequence continues.
-  void end(std::span<const ForwardItem> items);
+  void end(std::span<const cache::BatchItem> items);
 
   // Shifts rows [0, len) of y [len, width] in place with gates a [len, n_heads] (pre-sigmoid),
   // continuing from, and then updating, the sequence's row for (layer, which: 0 key, 1 value).

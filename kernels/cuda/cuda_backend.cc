@@ -112,7 +112,7 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   absl::Status check_policy(const cache::PolicyConfig& policy) const override {
     return cuda::check_policy(policy);
   }
-  absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+  absl::Status forward(std::span<const cache::BatchItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
   absl::StatusOr<std::vector<int32_t>> live_positions(cache::SeqId seq, int layer,
                                                       int head) override;
@@ -128,18 +128,21 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   const ModelConfig& cfg() const { return model_.config(); }
   absl::Status reserve_rows(const cuda::BatchLayout& layout, int items, int layer_blocks);
   absl::Status upload_layout(const cuda::BatchLayout& layout);
-  absl::Status forward_rows(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
-                            std::span<float> logits, ForwardTrace* trace);
-  absl::Status forward_layered(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
-                               std::span<float> logits, ForwardTrace* trace);
-  absl::Status settle_layer(int layer, std::span<const ForwardItem> items,
+  absl::Status forward_rows(std::span<const cache::BatchItem> items,
+                            const cuda::BatchLayout& layout, std::span<float> logits,
+                            ForwardTrace* trace);
+  absl::Status forward_layered(std::span<const cache::BatchItem> items,
+                               const cuda::BatchLayout& layout, std::span<float> logits,
+                               ForwardTrace* trace);
+  absl::Status settle_layer(int layer, std::span<const cache::BatchItem> items,
                             const cuda::BatchLayout& layout);
-  absl::Status forward_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
-                              std::span<float> logits);
+  absl::Status forward_decode(std::span<const cache::BatchItem> items,
+                              const cuda::BatchLayout& layout, std::span<float> logits);
   absl::Status upload_kernel_inputs(const cuda::KernelInputs& in);
   absl::Status decode_launches(const cuda::KernelInputs& in, const cuda::BatchLayout& layout,
                                int items);
-  absl::Status settle_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout);
+  absl::Status settle_decode(std::span<const cache::BatchItem> items,
+                             const cuda::BatchLayout& layout);
   absl::Status attention_launches(int layer, const LayerIo& io, const cuda::BatchLayout& layout,
                                   int items);
   absl::Status shift_and_norm_qk(int layer, const LayerIo& io, int rows, int items);
@@ -254,8 +257,8 @@ absl::Status CudaBackendImpl::upload_layout(const cuda::BatchLayout& layout) {
   return upload(s_.out_rows, layout.out_rows.data(), layout.out_rows.size(), stream_);
 }
 
-absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::span<float> logits,
-                                      ForwardTrace* trace) {
+absl::Status CudaBackendImpl::forward(std::span<const cache::BatchItem> items,
+                                      std::span<float> logits, ForwardTrace* trace) {
   std::lock_guard lock(mu_);  // one forward at a time: the scratch buffers are shared
   const bool all_logits = trace && trace->all_logits;
   const cuda::ModelDims dims{cfg().vocab_size, cfg().n_layers, cfg().n_heads, cfg().head_dim};
@@ -270,7 +273,7 @@ absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::s
   return absl::OkStatus();
 }
 
-absl::Status CudaBackendImpl::forward_rows(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::forward_rows(std::span<const cache::BatchItem> items,
                                            const cuda::BatchLayout& layout, std::span<float> logits,
                                            ForwardTrace* trace) {
   if (options_.settle_after_step && trace == nullptr && cuda::decode_only(items)) {
@@ -280,7 +283,7 @@ absl::Status CudaBackendImpl::forward_rows(std::span<const ForwardItem> items,
 }
 
 // Each layer's cache update is settled (and mirrored) before the next layer runs.
-absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::forward_layered(std::span<const cache::BatchItem> items,
                                               const cuda::BatchLayout& layout,
                                               std::span<float> logits, ForwardTrace* trace) {
   const int n_items = static_cast<int>(items.size());
@@ -337,7 +340,7 @@ absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items
 
 // The host bookkeeping of one layer, once its field values are back; the mirror update is
 // ordered before the next layer overwrites the qkv rows it reads.
-absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const cache::BatchItem> items,
                                            const cuda::BatchLayout& layout) {
   FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
   const size_t n = static_cast<size_t>(layout.rows) * cfg().n_heads;
@@ -345,14 +348,14 @@ absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const ForwardIte
   const cache::LayerRows rows{
       .phi = host, .lvl = host + n, .row_stride = cfg().n_heads, .head_stride = 1};
   absl::StatusOr<cache::LayerChanges> update =
-      cache::apply_layer(cache_, layer, cuda::step_items(items, layout), betas_[layer], rows);
+      cache::apply_layer(cache_, layer, items, betas_[layer], rows);
   if (!update.ok()) return update.status();
   return mirror_update(*update);
 }
 
 // Every layer without the host: inputs gathered before, the launches captured as one graph, the
 // cache settled after (decode_step.h).
-absl::Status CudaBackendImpl::forward_decode(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::forward_decode(std::span<const cache::BatchItem> items,
                                              const cuda::BatchLayout& layout,
                                              std::span<float> logits) {
   const int n_items = static_cast<int>(items.size());
@@ -432,7 +435,7 @@ absl::Status CudaBackendImpl::decode_launches(const cuda::KernelInputs& in,
 
 // The cache settles every layer, checked against what the device retired, and the device replays
 // each layer's page edits in layer order (a page one layer's update frees may be the next one's).
-absl::Status CudaBackendImpl::settle_decode(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::settle_decode(std::span<const cache::BatchItem> items,
                                             const cuda::BatchLayout& layout) {
   const int layers = cfg().n_layers;
   const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;

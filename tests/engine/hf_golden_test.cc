@@ -61,7 +61,7 @@ class HfGolden : public ::testing::TestWithParam<std::string> {
     std::vector<float> logits(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += chunk) {
       const int n = std::min(chunk, T() - at);
-      const ForwardItem item{*seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{*seq, std::span(tokens_).subspan(at, n), at};
       ForwardTrace trace{.all_logits = true};
       const absl::Status s =
           backend_->forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
@@ -116,11 +116,11 @@ TEST_P(HfGolden, ShiftWithoutTheStateOfThePreviousTokenIsAnError) {
   auto parent = cache_->add_sequence({.policy = cache::Policy::kNone});
   ASSERT_TRUE(parent.ok());
   std::vector<float> logits(static_cast<size_t>(5) * V());
-  const ForwardItem prompt{*parent, std::span(tokens_).subspan(0, 5), 0};
+  const cache::BatchItem prompt{*parent, std::span(tokens_).subspan(0, 5), 0};
   ASSERT_TRUE(backend_->forward({&prompt, 1}, logits, nullptr).ok());
   auto child = cache_->fork(*parent);  // its cached keys, but not its shift rows
   ASSERT_TRUE(child.ok()) << child.status();
-  const ForwardItem next{*child, std::span(tokens_).subspan(5, 1), 5};
+  const cache::BatchItem next{*child, std::span(tokens_).subspan(5, 1), 5};
   const absl::Status s = backend_->forward({&next, 1}, logits, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }

@@ -1,6 +1,6 @@
 // Bytes -> GenerateRequest -> GenerationParams, the path every Generate and GenerateStream call
-// takes (server/wire.h decode, then server/validate.h to_params). What passes must be within the
-// limits the scheduler and the cache rely on.
+// takes (server/grpc/wire.h decode, then server/request/validate.h to_params). What passes must be
+// within the limits the scheduler and the cache rely on.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -8,8 +8,8 @@
 #include "cache/policy.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "server/validate.h"
-#include "server/wire.h"
+#include "server/grpc/wire.h"
+#include "server/request/validate.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
