@@ -15,7 +15,7 @@ namespace fpa {
 
 // Whether `item` may run, its sequence's rows standing at `next_pos` (none: the backend holds no
 // rows for it, as after a fork or a prefix-cache hit).
-inline absl::Status check_shift_continues(const ForwardItem& item,
+inline absl::Status check_shift_continues(const cache::BatchItem& item,
                                           std::optional<int32_t> next_pos) {
   if (item.start_pos == 0 || next_pos == item.start_pos) return absl::OkStatus();
   // TODO(issue 25): carry the shift rows with forks and prefix-cache entries.

@@ -4,7 +4,7 @@
 
 namespace fpa::cuda {
 
-absl::Status ShiftRows::begin(std::span<const ForwardItem> items, const cache::KvCache& cache,
+absl::Status ShiftRows::begin(std::span<const cache::BatchItem> items, const cache::KvCache& cache,
                               cudaStream_t stream) {
   absl::StatusOr<ShiftSlots::Step> step = slots_.begin(items, cache);
   if (!step.ok()) return step.status();

@@ -21,10 +21,10 @@ class ShiftRows {
 
   // Before a step's launches (none of this may run inside a graph capture): the items' slots,
   // uploaded; the buffer grown to hold them; the slots of sequences at position 0 zeroed.
-  absl::Status begin(std::span<const ForwardItem> items, const cache::KvCache& cache,
+  absl::Status begin(std::span<const cache::BatchItem> items, const cache::KvCache& cache,
                      cudaStream_t stream);
   // After the step ran.
-  void end(std::span<const ForwardItem> items) { slots_.end(items); }
+  void end(std::span<const cache::BatchItem> items) { slots_.end(items); }
 
   float* rows() const { return rows_.as<float>(); }  // [slots][n_layers][2][width]
   const int32_t* item_slot() const { return item_slot_.as<int32_t>(); }

@@ -8,7 +8,7 @@
 
 namespace fpa::cuda {
 
-absl::StatusOr<ShiftSlots::Step> ShiftSlots::begin(std::span<const ForwardItem> items,
+absl::StatusOr<ShiftSlots::Step> ShiftSlots::begin(std::span<const cache::BatchItem> items,
                                                    const cache::KvCache& cache) {
   absl::erase_if(seqs_, [&](const auto& entry) {
     if (cache.contains(entry.first)) return false;
@@ -17,13 +17,13 @@ absl::StatusOr<ShiftSlots::Step> ShiftSlots::begin(std::span<const ForwardItem> 
   });
   // Lowest slot last, so that the buffer's low slots are the ones in use.
   std::sort(free_.begin(), free_.end(), std::greater<>());
-  for (const ForwardItem& it : items) {
+  for (const cache::BatchItem& it : items) {
     const auto found = seqs_.find(it.seq);
     FPA_RETURN_IF_ERROR(check_shift_continues(
         it, found == seqs_.end() ? std::nullopt : std::optional(found->second.next_pos)));
   }
   Step step;
-  for (const ForwardItem& it : items) {
+  for (const cache::BatchItem& it : items) {
     auto [entry, added] = seqs_.try_emplace(it.seq);
     if (added) entry->second.slot = take_slot();
     if (it.start_pos == 0) {
@@ -36,8 +36,8 @@ absl::StatusOr<ShiftSlots::Step> ShiftSlots::begin(std::span<const ForwardItem> 
   return step;
 }
 
-void ShiftSlots::end(std::span<const ForwardItem> items) {
-  for (const ForwardItem& it : items) {
+void ShiftSlots::end(std::span<const cache::BatchItem> items) {
+  for (const cache::BatchItem& it : items) {
     seqs_[it.seq].next_pos = it.start_pos + static_cast<int32_t>(it.tokens.size());
   }
 }

@@ -29,9 +29,9 @@ class ShiftSlots {
 
   // Before a forward: frees the slots of sequences the cache no longer holds, then gives every
   // item its slot. FailedPrecondition, changing no slot, for an item that cannot continue.
-  absl::StatusOr<Step> begin(std::span<const ForwardItem> items, const cache::KvCache& cache);
+  absl::StatusOr<Step> begin(std::span<const cache::BatchItem> items, const cache::KvCache& cache);
   // After a forward that ran: where each item's sequence continues.
-  void end(std::span<const ForwardItem> items);
+  void end(std::span<const cache::BatchItem> items);
 
   int sequences() const { return static_cast<int>(seqs_.size()); }
 

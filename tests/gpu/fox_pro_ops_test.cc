@@ -50,7 +50,7 @@ TEST_P(ShiftColumns, MatchTheCpuShiftStatesAcrossSteps) {
   const int layer = 1;
   for (const std::vector<Piece>& batch : std::vector<std::vector<Piece>>{
            {{0, 0, 5}, {1, 0, 3}}, {{1, 3, 1}, {0, 5, 4}}, {{0, 9, 1}, {1, 4, 1}}}) {
-    std::vector<ForwardItem> items;
+    std::vector<cache::BatchItem> items;
     std::vector<int32_t> row0, len, slot;
     int rows = 0;
     for (const Piece& p : batch) {

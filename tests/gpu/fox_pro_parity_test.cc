@@ -97,7 +97,7 @@ class FoxProParity : public ::testing::TestWithParam<std::string> {
     std::vector<float> logits(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += chunk) {
       const int n = std::min(chunk, T() - at);
-      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(at, n), at};
       ForwardTrace trace{.all_logits = true};
       const absl::Status s =
           backend.forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
@@ -113,7 +113,7 @@ class FoxProParity : public ::testing::TestWithParam<std::string> {
     std::vector<float> out(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += at < prompt ? 7 : 1) {
       const int n = at < prompt ? std::min(7, prompt - at) : 1;
-      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(at, n), at};
       const absl::Status s =
           backend.forward({&item, 1}, std::span(out).subspan((at + n - 1) * V()));
       EXPECT_TRUE(s.ok()) << "at " << at << ": " << s;
@@ -222,7 +222,7 @@ TEST_P(FoxProParity, MixedBatchesAndARecomputedSequence) {
       cache_->release(seqs[kPreempted]);
       redo = start(*cache_, policy);
     }
-    std::vector<ForwardItem> items;
+    std::vector<cache::BatchItem> items;
     std::vector<int> at;
     for (const Piece& p : batches[b]) {
       if (b >= preempt_at && p.seq == kPreempted) continue;
@@ -237,7 +237,7 @@ TEST_P(FoxProParity, MixedBatchesAndARecomputedSequence) {
     }
     if (items.empty()) continue;  // the batches left only the preempted sequence's pieces
     size_t n_rows = 0;
-    for (const ForwardItem& it : items) n_rows += it.tokens.size();
+    for (const cache::BatchItem& it : items) n_rows += it.tokens.size();
     std::vector<float> out(n_rows * V());
     ForwardTrace trace{.all_logits = true};
     ASSERT_TRUE(cuda_->forward(items, out, &trace).ok()) << "batch " << b;
@@ -287,14 +287,14 @@ TEST(FoxProShift, AForkWithoutShiftRowsIsRefused) {
   ASSERT_TRUE(parent.ok());
   const std::vector<int32_t> tokens{5, 6, 7, 8, 9, 10};
   std::vector<float> logits(c.vocab_size);
-  const ForwardItem prompt{*parent, std::span(tokens).first(5), 0};
+  const cache::BatchItem prompt{*parent, std::span(tokens).first(5), 0};
   ASSERT_TRUE((*backend)->forward({&prompt, 1}, logits).ok());
   auto child = (*cache)->fork(*parent);
   ASSERT_TRUE(child.ok()) << child.status();
-  const ForwardItem next{*child, std::span(tokens).subspan(5, 1), 5};
+  const cache::BatchItem next{*child, std::span(tokens).subspan(5, 1), 5};
   const absl::Status s = (*backend)->forward({&next, 1}, logits);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  const ForwardItem parent_next{*parent, std::span(tokens).subspan(5, 1), 5};
+  const cache::BatchItem parent_next{*parent, std::span(tokens).subspan(5, 1), 5};
   EXPECT_TRUE((*backend)->forward({&parent_next, 1}, logits).ok()) << "the source goes on";
 }
 

@@ -131,14 +131,14 @@ class ShiftSlotsTest : public ::testing::Test {
     return *seq;
   }
   // One item of `n` tokens at `pos`.
-  ForwardItem item(cache::SeqId seq, int pos, int n) {
+  cache::BatchItem item(cache::SeqId seq, int pos, int n) {
     return {seq, std::span(tokens_).subspan(0, n), pos};
   }
-  absl::StatusOr<ShiftSlots::Step> begin(const std::vector<ForwardItem>& items) {
+  absl::StatusOr<ShiftSlots::Step> begin(const std::vector<cache::BatchItem>& items) {
     return slots_.begin(items, *cache_);
   }
   // A forward that runs: begin, then end.
-  ShiftSlots::Step run(const std::vector<ForwardItem>& items) {
+  ShiftSlots::Step run(const std::vector<cache::BatchItem>& items) {
     absl::StatusOr<ShiftSlots::Step> step = begin(items);
     EXPECT_TRUE(step.ok()) << step.status();
     slots_.end(items);
@@ -227,13 +227,13 @@ TEST_F(ShiftSlotsTest, RecomputeZeroesAndReleasedSlotsAreReused) {
 // sequence's (the device buffer grows keeping its rows).
 TEST_F(ShiftSlotsTest, CapacityGrowsKeepingEverySlot) {
   std::vector<cache::SeqId> seqs;
-  std::vector<ForwardItem> first;
+  std::vector<cache::BatchItem> first;
   for (int i = 0; i < 8; ++i) {
     seqs.push_back(add());
     first.push_back(item(seqs.back(), 0, 2));
   }
   const ShiftSlots::Step before = run(first);
-  std::vector<ForwardItem> next;
+  std::vector<cache::BatchItem> next;
   for (cache::SeqId s : seqs) next.push_back(item(s, 2, 1));
   for (int i = 0; i < 9; ++i) next.push_back(item(add(), 0, 1));
   const ShiftSlots::Step after = run(next);
