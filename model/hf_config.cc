@@ -102,6 +102,16 @@ absl::Status check_keys(const json& j, const std::string& path, bool fox) {
 
 }  // namespace
 
+// A checkpoint saved in bfloat16 (the published ones are) loses nothing when the CPU multiplies
+// its weights as stored, so --cpu-weights auto may pick bf16 for it; a float32 one keeps f32
+// until a compact format's loss on it is measured (kernels/cpu/formats.h).
+absl::Status read_stored_precision(const JsonFields& f, ModelConfig& c) {
+  std::string dtype;
+  FPA_RETURN_IF_ERROR(f.string("torch_dtype", &dtype));
+  if (dtype == "bfloat16") c.compact_weights = "bf16";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> parse_hf_config(const json& j, const std::string& json_text,
                                             const std::string& path) {
   const JsonFields f(j, path);
@@ -151,6 +161,7 @@ absl::StatusOr<ModelConfig> parse_hf_config(const json& j, const std::string& js
     FPA_RETURN_IF_ERROR(f.number("rope_base", &c.rope_theta, 1, 1e9));
     if (!rope) c.rope_theta = 0.0f;
   }
+  FPA_RETURN_IF_ERROR(read_stored_precision(f, c));
   FPA_RETURN_IF_ERROR(check_config_limits(path, c));
   return c;
 }

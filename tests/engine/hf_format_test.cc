@@ -219,6 +219,12 @@ TEST(HfConfig, PublishedDefaultsAndTheMlpWidthRule) {
   c = parse({{"hidden_size", 1536}, {"num_heads", 24}, {"hidden_ratio", 3.5}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->d_ff, 3584);
+  // Weights stored in bfloat16 are a compact format --cpu-weights auto may pick; float32 not.
+  EXPECT_EQ(c->compact_weights, "f32");
+  c = parse({{"torch_dtype", "bfloat16"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->compact_weights, "bf16");
+  EXPECT_EQ(c->compact_kv, "f32");
   // The Transformer baseline: RoPE at rope_base 500000 unless use_rope is false.
   c = parse({{"model_type", "transformer-project_fox"}});
   ASSERT_TRUE(c.ok()) << c.status();
