@@ -110,6 +110,10 @@ def setup_llama(out: str) -> tuple[str, str]:
                                   "ggml/include"], check=True, capture_output=True).stdout
         subprocess.run(["tar", "x", "-C", src], input=archive, check=True)
     driver = os.path.join(out, "llama-driver")
+    # Compiled again only when its source is newer (a minute on a busy 2-core machine).
+    sources = [os.path.join(HERE, f) for f in ("llama_cpp_driver.cc", "decode_tokens.h")]
+    if os.path.exists(driver) and os.path.getmtime(driver) > max(map(os.path.getmtime, sources)):
+        return lib, driver
     sh(["g++", "-std=c++20", "-O2", "-Wall", "-Werror", f"-I{ROOT}",
         f"-I{src}/include", f"-I{src}/ggml/include", os.path.join(HERE, "llama_cpp_driver.cc"),
         "-o", driver, f"-L{lib}", "-l:libllama.v0.5.0.so", "-l:libggml.v0.5.0.so",
@@ -123,22 +127,38 @@ def weight_count(shape: str) -> int:
     return layers * (4 * heads * 64 * d + 3 * ff * d) + 259 * d
 
 
-def write_random(out: str, shape: str, kind: str) -> str:
-    """A random-weight model of `shape` (softmax with RoPE, or fpa) under out/models/, once."""
+def save_random(path: str, cfg) -> str:
+    """A random-weight model of train/reference.py's Config `cfg` at path, once: init_weights,
+    seed 0, the FPA walk's bias -0.1 (as bench/decode_compare.py)."""
     import torch
     from export import save_model
-    from reference import Config, Model
+    from reference import Model
     torch.set_num_threads(1)
-    d, layers, heads, ff = SHAPES[shape]
-    path = os.path.join(out, "models", f"{shape}-{kind}")
     if not os.path.exists(os.path.join(path, "model.safetensors")):
-        cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=64, d_ff=ff,
-                     attention=kind, levels="free" if kind == "fpa" else "tied",
-                     rope_theta=10000.0 if kind == "softmax" else 0.0)
         model = Model(cfg).init_weights(0, field_bias=-0.1)
         save_model(model, path, {"note": "random weights for bench/ comparisons, seed 0, "
                                          "field_bias -0.1"})
     return path
+
+
+def write_random(out: str, shape: str, kind: str) -> str:
+    """A random-weight model of `shape` (softmax with RoPE, or fpa) under out/models/, once."""
+    from reference import Config
+    d, layers, heads, ff = SHAPES[shape]
+    cfg = Config(d_model=d, n_layers=layers, n_heads=heads, head_dim=64, d_ff=ff,
+                 attention=kind, levels="free" if kind == "fpa" else "tied",
+                 rope_theta=10000.0 if kind == "softmax" else 0.0)
+    return save_random(os.path.join(out, "models", f"{shape}-{kind}"), cfg)
+
+
+def write_ggufs(model_dir: str, stem: str, dtypes) -> dict:
+    """{dtype: stem-dtype.gguf}: the softmax model in model_dir as GGUF in each dtype, once."""
+    out = {}
+    for dtype in dtypes:
+        out[dtype] = f"{stem}-{dtype}.gguf"
+        if not os.path.exists(out[dtype]):
+            gguf_write.convert(model_dir, out[dtype], dtype)
+    return out
 
 
 def write_models(out: str, shapes: list[str]) -> dict:
@@ -148,10 +168,8 @@ def write_models(out: str, shapes: list[str]) -> dict:
     for shape in shapes:
         m = {kind: os.path.join(ROOT, "models", f"{kind}-tiny") if shape == "tiny"
              else write_random(out, shape, kind) for kind in ("softmax", "fpa")}
-        for dtype, _ in LLAMA.values():
-            m[dtype] = os.path.join(out, "models", f"{shape}-softmax-{dtype}.gguf")
-            if not os.path.exists(m[dtype]):
-                gguf_write.convert(m["softmax"], m[dtype], dtype)
+        m.update(write_ggufs(m["softmax"], os.path.join(out, "models", f"{shape}-softmax"),
+                             [dtype for dtype, _ in LLAMA.values()]))
         models[shape] = m
     return models
 
@@ -235,17 +253,24 @@ def side_format(name: str, r: dict) -> tuple[str, int]:
     return dtype, 4 if flags[flags.index("--cache") + 1] == "f32" else 2
 
 
-def step_bytes(shape: str, name: str, r: dict, steps: int) -> float:
-    """Weights + every sequence's keys and values read in one decode step."""
+def sizes(shape: str) -> tuple[int, int]:
+    """(parameters a decode step reads, key elements a cached token holds) of a shape."""
     _, layers, heads, _ = SHAPES[shape]
+    return weight_count(shape), layers * heads * 64
+
+
+def step_bytes(size: tuple[int, int], name: str, r: dict, steps: int) -> float:
+    """Weights + every sequence's keys and values read in one decode step, of a model of `size`
+    (sizes())."""
+    params, key_width = size
     wfmt, kvbytes = side_format(name, r)
-    kv = 2 * layers * heads * 64 * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
-    return weight_count(shape) * WEIGHT_BYTES[wfmt] + r["batch"] * kv * kvbytes
+    kv = 2 * key_width * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
+    return params * WEIGHT_BYTES[wfmt] + r["batch"] * kv * kvbytes
 
 
-def decode_fraction(shape: str, name: str, r: dict, steps: int, lim: dict) -> float:
+def decode_fraction(size: tuple[int, int], name: str, r: dict, steps: int, lim: dict) -> float:
     """Bytes per step times steps/s over the read bandwidth at that many bytes."""
-    per_step = step_bytes(shape, name, r, steps)
+    per_step = step_bytes(size, name, r, steps)
     return per_step * r["tokens_per_s"] / r["batch"] / read_bandwidth(lim, per_step)
 
 
@@ -280,23 +305,23 @@ def best(old: dict | None, new: dict) -> dict:
     return out
 
 
-def measure(models: dict, lib: str, driver: str, a) -> list[dict]:
-    """Every case of every shape, the sides of a case back to back in an order that rotates;
-    with --rounds N the whole sweep N times, each side's best per case kept."""
+def measure(cases: list[tuple[str, int, int]], sides_of, rounds: int) -> list[dict]:
+    """Every case (shape, batch, context), the sides of a case (sides_of(shape, batch, context):
+    [(name, thunk)]) back to back in an order that rotates; with rounds N the whole sweep N
+    times, each side's best per case kept."""
     rows, turn = {}, 0
-    for _ in range(a.rounds):
-        for shape in a.shapes:
-            for batch, context in a.cases:
-                todo = sides(shape, batch, context, models, lib, driver, a)
-                turn += 1
-                todo = todo[turn % len(todo):] + todo[:turn % len(todo)]
-                row = rows.setdefault((shape, batch, context), {
-                    "shape": shape, "batch": batch, "context": context, "sides": {}})
-                for name, thunk in todo:
-                    row["sides"][name] = best(row["sides"].get(name), thunk())
-                print(f"  {shape} batch {batch} context {context}: " + ", ".join(
-                    f"{k} {v['tokens_per_s']:.0f}" for k, v in row["sides"].items()),
-                    file=sys.stderr)
+    for _ in range(rounds):
+        for shape, batch, context in cases:
+            todo = sides_of(shape, batch, context)
+            turn += 1
+            todo = todo[turn % len(todo):] + todo[:turn % len(todo)]
+            row = rows.setdefault((shape, batch, context), {
+                "shape": shape, "batch": batch, "context": context, "sides": {}})
+            for name, thunk in todo:
+                row["sides"][name] = best(row["sides"].get(name), thunk())
+            print(f"  {shape} batch {batch} context {context}: " + ", ".join(
+                f"{k} {v['tokens_per_s']:.0f}" for k, v in row["sides"].items()),
+                file=sys.stderr)
     return list(rows.values())
 
 
@@ -310,10 +335,11 @@ def decode_cells(r: dict, a, lim: dict) -> tuple[dict, list[str]]:
     s = r["sides"]
     v = {k: s[k]["tokens_per_s"] for k in SIDES}
     fastest = max(LLAMA, key=lambda k: v[k])
-    ours = step_bytes(r["shape"], "ours softmax", s["ours softmax"], a.steps)
-    allowed = (step_bytes(r["shape"], fastest, s[fastest], a.steps)
-               / step_bytes(r["shape"], "ours fpa", s["ours fpa"], a.steps))
-    frac = [decode_fraction(r["shape"], k, s[k], a.steps, lim) for k in SIDES]
+    size = sizes(r["shape"])
+    ours = step_bytes(size, "ours softmax", s["ours softmax"], a.steps)
+    allowed = (step_bytes(size, fastest, s[fastest], a.steps)
+               / step_bytes(size, "ours fpa", s["ours fpa"], a.steps))
+    frac = [decode_fraction(size, k, s[k], a.steps, lim) for k in SIDES]
     return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s",
                f"{v['ours fpa'] / v[fastest] / allowed:.2f} ({allowed:.2f}x allowed)",
                " / ".join(f"{f:.2f}" for f in frac)]
@@ -396,7 +422,8 @@ def main():
     if not a.no_check:
         for line in check_logits(lib, driver, a.out):
             print(line)
-    rows = measure(models, lib, driver, a)
+    rows = measure([(shape, b, c) for shape in a.shapes for b, c in a.cases],
+                   lambda shape, b, c: sides(shape, b, c, models, lib, driver, a), a.rounds)
     variant = rows[0]["sides"]["llama f32"]["cpu_variant"]
     print(f"\nllama.cpp CPU backend: {variant}; {a.threads} threads each side; {a.steps} timed "
           f"decode steps in {a.windows} windows, the fastest window's rate; best of {a.rounds} "

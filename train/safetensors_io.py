@@ -38,6 +38,16 @@ def save(path, tensors: dict, metadata: dict | None = None) -> None:
             f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
 
 
+def header(path) -> dict:
+    """The JSON header alone ({name: {dtype, shape, data_offsets}}, __metadata__ dropped),
+    without reading the tensors."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        out = json.loads(f.read(n))
+    out.pop("__metadata__", None)
+    return out
+
+
 def load(path) -> tuple[dict, dict]:
     """Returns ({name: torch tensor}, metadata dict)."""
     with open(path, "rb") as f:
