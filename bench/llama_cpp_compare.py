@@ -397,11 +397,14 @@ def main():
                     help="fpa-serve's CPU projection weights (--cpu_weights of the bench)")
     ap.add_argument("--ours-kv", choices=("f32", "bf16", "auto"), default="f32",
                     help="fpa-serve's KV cache pages (--kv_dtype of the bench)")
+    ap.add_argument("--cases", nargs="+", metavar="BATCHxCONTEXT",
+                    default=[f"{b}x{c}" for b, c in CASES],
+                    help="decode cases (prefill figures come from the batch-1 ones)")
     ap.add_argument("--smoke", action="store_true",
                     help="the tiny shape, 8 steps, batch 1 and 8 at 512, no logits check: that "
                          "everything runs (the figures mean nothing)")
     a = ap.parse_args()
-    a.cases = CASES
+    a.cases = [tuple(int(x) for x in case.split("x")) for case in a.cases]
     if a.smoke:
         a.shapes, a.steps, a.windows, a.rounds, a.no_check = ["tiny"], 8, 2, 1, True
         a.cases = CASES[:2]
