@@ -30,6 +30,10 @@ class ModelRunner {
   cache::KvCache& cache() { return cache_; }
   std::string_view backend_name() const { return backend_->name(); }
 
+  // Whether the backend runs `policy` (InvalidArgument or Unimplemented naming why not).
+  absl::Status check_policy(const cache::PolicyConfig& policy) const {
+    return backend_->check_policy(policy);
+  }
   absl::StatusOr<cache::SeqId> start(const cache::PolicyConfig& policy);
   // The planner's call before a step (KvCache::reserve): false when the pool cannot promise the
   // pages appending n_tokens to `seq` may take; the caller preempts or defers it.
