@@ -9,6 +9,9 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+}  // namespace
+
+// The one place a step's stream edits are made (StreamEditor names it its friend).
 class LayerWriter {
  public:
   LayerWriter(KvCache& cache, int layer, const LayerRows& rows, LayerChanges& out)
@@ -79,6 +82,11 @@ class LayerWriter {
                                   item.start_pos + item.len - 1);
   }
 
+  // The walk's value after the item's last row, where the next step continues it.
+  void keep_phi(const StepItem& item, int head) {
+    cache_.set_last_phi(item.seq, layer_, head, at(rows_.phi, item.row0 + item.len - 1, head));
+  }
+
   void compact(SeqId seq, int head) {
     const int slots = cache_.shape().page_slots;
     cache_.compact(seq, layer_, head, [&](SlotRef from, SlotRef to) {
@@ -94,8 +102,6 @@ class LayerWriter {
   std::vector<float> suffix_;
 };
 
-}  // namespace
-
 absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
                                          std::span<const float> beta, const LayerRows& rows) {
   LayerChanges out;
@@ -109,7 +115,7 @@ absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<co
       if (!evicted.ok()) return evicted.status();
       out.evicted += *evicted;
       if (*evicted > 0) shrunk.emplace_back(item.seq, h);
-      cache.set_last_phi(item.seq, layer, h, writer.at(rows.phi, item.row0 + item.len - 1, h));
+      writer.keep_phi(item, h);
     }
   }
   for (const auto& [seq, h] : shrunk) writer.compact(seq, h);

@@ -7,7 +7,7 @@
 
 namespace fpa::cpu {
 
-absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache::KvCache& cache) {
+absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache::KvView& cache) {
   absl::erase_if(states_, [&](const auto& entry) { return !cache.contains(entry.first); });
   for (const ForwardItem& it : items) {
     if (it.start_pos == 0) {

@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "cache/kv_cache.h"
+#include "cache/kv_view.h"
 #include "kernels/backend.h"
 
 namespace fpa::cpu {
@@ -23,7 +23,7 @@ class ShiftStates {
 
   // Before a forward: every item's state, fresh at position 0; states of sequences the cache no
   // longer holds are dropped.
-  absl::Status begin(std::span<const ForwardItem> items, const cache::KvCache& cache);
+  absl::Status begin(std::span<const ForwardItem> items, const cache::KvView& cache);
   // After it: where each item's sequence continues.
   void end(std::span<const ForwardItem> items);
 

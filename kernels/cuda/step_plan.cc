@@ -71,7 +71,7 @@ absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_
 }
 
 std::vector<float> eviction_thresholds(std::span<const ForwardItem> items,
-                                       std::span<const float> beta, const cache::KvCache& cache) {
+                                       std::span<const float> beta, const cache::KvView& cache) {
   std::vector<float> thr;
   thr.reserve(items.size() * beta.size());
   for (const ForwardItem& item : items) {
@@ -91,7 +91,7 @@ std::vector<cache::StepItem> step_items(std::span<const ForwardItem> items,
 }
 
 PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, int n_heads,
-                                const cache::KvCache& cache) {
+                                const cache::KvView& cache) {
   PageTables tables;
   for (const ForwardItem& item : items) {
     for (int h = 0; h < n_heads; ++h) {
