@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ class KvCache : public KvView, public StreamEditor {
   // The device that holds the keys of a pool without host storage (null: none), for the edits
   // the cache makes outside a step. Not owned; it must outlive the cache or be detached.
   virtual void attach_device(DevicePool* device) = 0;
+  // Called after each fork with (source, copy), so that per-sequence state kept beside the cache
+  // (the CPU backend's FoX Pro key/value shift rows) follows the copy: a prefix hit then resumes
+  // it too. One listener (empty: none); its owner resets it before it goes.
+  virtual void on_fork(std::function<void(SeqId from, SeqId to)> listener) = 0;
   // Pages a fork of `seq` would take.
   virtual int64_t pages_to_fork(SeqId seq) const = 0;
   // Returns every page of the sequence to the pool at once. Unknown ids are ignored.

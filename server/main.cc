@@ -129,17 +129,6 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
-// Whether the model can use the prefix cache the flags ask for.
-absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config) {
-  // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
-  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
-    return absl::InvalidArgumentError(
-        "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
-        "with the prefix cache yet; leave it at 0");
-  }
-  return absl::OkStatus();
-}
-
 int serve(const ServeOptions& o) {
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
   absl::StatusOr<LoadedForCpu> loaded = load_model(o, use_cuda);
@@ -150,10 +139,6 @@ int serve(const ServeOptions& o) {
   const Model& model = *loaded->model;
   const CpuFormats& formats = loaded->formats;
   const ModelConfig& config = model.config();
-  if (const absl::Status st = check_prefix_cache(o, config); !st.ok()) {
-    std::cerr << "fpa-serve: " << st.message() << "\n";
-    return 1;
-  }
   // A chat template that does not parse leaves the model usable without chat.
   if (const ModelChatTemplate* t = model.tokenizer().chat_template(); t && !t->parsed.ok()) {
     std::cerr << "fpa-serve: warning: " << t->parsed.status().message()

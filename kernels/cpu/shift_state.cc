@@ -16,11 +16,9 @@ absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache:
     }
     auto found = states_.find(it.seq);
     if (found == states_.end() || found->second.next_pos != it.start_pos) {
-      // TODO(issue 25): carry the shift rows with forks and prefix-cache entries.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "forward: sequence ", it.seq, " starts at position ", it.start_pos,
-          " without the key/value shift state of the position before (a fork or a prefix-cache "
-          "hit, which FoX Pro's shift does not support yet)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("forward: sequence ", it.seq, " starts at position ", it.start_pos,
+                       " without the key/value shift state of the position before"));
     }
   }
   return absl::OkStatus();
@@ -30,6 +28,13 @@ void ShiftStates::end(std::span<const ForwardItem> items) {
   for (const ForwardItem& it : items) {
     states_[it.seq].next_pos = it.start_pos + static_cast<int32_t>(it.tokens.size());
   }
+}
+
+void ShiftStates::copy(cache::SeqId from, cache::SeqId to) {
+  auto found = states_.find(from);
+  if (found == states_.end()) return;
+  State rows = found->second;  // inserting `to` may move `from`
+  states_[to] = std::move(rows);
 }
 
 void ShiftStates::apply(cache::SeqId seq, int layer, int which, const float* a, int n_heads,

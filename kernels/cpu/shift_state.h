@@ -1,8 +1,9 @@
 // FoX Pro's key / value shift (ShiftLinear in the published code) on the CPU: row t of a
 // projection y' becomes a_t y'_{t-1} + (1 - a_t) y'_t per head, a = sigmoid(shift x), so each
 // sequence carries its last y' row per layer from one forward (prompt chunk, decode step) to the
-// next. A sequence that starts over (position 0, as after a preemption) starts from zeros; one
-// that starts elsewhere without that row (a fork, a prefix-cache hit) is an error.
+// next. A sequence that starts over (position 0, as after a preemption) starts from zeros; a fork
+// (a prefix-cache snapshot or hit) takes a copy of its source's rows (copy); one that starts
+// elsewhere without them is an error.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,8 @@ class ShiftStates {
   absl::Status begin(std::span<const ForwardItem> items, const cache::KvView& cache);
   // After it: where each item's sequence continues.
   void end(std::span<const ForwardItem> items);
+  // `to` is a fork of `from`: it goes on from the same rows.
+  void copy(cache::SeqId from, cache::SeqId to);
 
   // Shifts rows [0, len) of y [len, width] in place with gates a [len, n_heads] (pre-sigmoid),
   // continuing from, and then updating, the sequence's row for (layer, which: 0 key, 1 value).
