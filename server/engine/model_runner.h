@@ -1,6 +1,6 @@
 // The model runner: steps a batch of sequences through a backend, one prompt chunk or one decode
 // token each. The scheduler (server/) drives it; it never blocks on anything but compute. A
-// sequence's position is the cache's (KvCache::length): nothing here keeps a second record.
+// sequence's position is the cache's (KvView::length): nothing here keeps a second record.
 #pragma once
 
 #include <cstdint>
