@@ -72,9 +72,10 @@ void prefill(ModelRunner& runner, const std::vector<cache::SeqId>& seqs, int con
   const int chunk = absl::GetFlag(FLAGS_prefill_chunk);
   std::vector<float> logits(seqs.size() * v);
   for (int at = 0; at < context; at += chunk) {
-    std::vector<StepInput> inputs;
+    std::vector<cache::BatchItem> inputs;
     for (size_t b = 0; b < seqs.size(); ++b) {
-      inputs.push_back({seqs[b], std::span(tokens[b]).subspan(at, std::min(chunk, context - at))});
+      inputs.push_back(
+          {seqs[b], std::span(tokens[b]).subspan(at, std::min(chunk, context - at)), at});
     }
     check(runner.step(inputs, logits));
   }
@@ -119,9 +120,10 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
     const int begin = i, end = steps * (w + 1) / windows;
     const auto t0 = std::chrono::steady_clock::now();
     for (; i < end; ++i) {
-      std::vector<StepInput> inputs;
+      std::vector<cache::BatchItem> inputs;
       for (int b = 0; b < cfg.batch; ++b) {
-        inputs.push_back({seqs[b], std::span(tokens[b]).subspan(cfg.context + i, 1)});
+        inputs.push_back(
+            {seqs[b], std::span(tokens[b]).subspan(cfg.context + i, 1), cfg.context + i});
       }
       check(runner.step(inputs, logits));
     }

@@ -62,9 +62,9 @@ std::pair<double, double> score(ModelRunner& runner, const std::vector<int32_t>&
   std::vector<float> logits(static_cast<size_t>(n) * vocab);
   double sum = 0;
   for (int t = 0; t < window; ++t) {
-    std::vector<StepInput> inputs;
+    std::vector<cache::BatchItem> inputs;
     for (int i = 0; i < n; ++i) {
-      inputs.push_back({seqs[i], std::span(tokens).subspan((w0 + i) * window + t, 1)});
+      inputs.push_back({seqs[i], std::span(tokens).subspan((w0 + i) * window + t, 1), t});
     }
     check(runner.step(inputs, logits));
     for (int i = 0; i < n; ++i) {

@@ -44,47 +44,48 @@ class LayerWriter {
   // A decode token: evict at its phi, then insert it. When keys are ranked by the current
   // query's attention alone (MassRule::kLast: tova), the new key has its score already and
   // competes with the others: insert it, then evict.
-  absl::StatusOr<int> decode(const StepItem& item, int head, float beta, bool new_key_competes) {
+  absl::StatusOr<int> decode(const BatchItem& item, int row0, int head, float beta,
+                             bool new_key_competes) {
     const auto evict = [&] {
-      return cache_.evict_for_step(item.seq, layer_, head, at(rows_.phi, item.row0, head), beta,
+      return cache_.evict_for_step(item.seq, layer_, head, at(rows_.phi, row0, head), beta,
                                    item.start_pos);
     };
     const int evicted = new_key_competes ? 0 : evict();
-    if (absl::Status s = insert(item.seq, head, item.row0, item.start_pos, kInf); !s.ok()) return s;
+    if (absl::Status s = insert(item.seq, head, row0, item.start_pos, kInf); !s.ok()) return s;
     return new_key_competes ? evict() : evicted;
   }
 
   // A prompt chunk: insert its keys with their suffix minimum, then evict at the chunk's minimum.
   // A key already dead by the dips after it within the chunk is never cached (it counts as
   // evicted), which spares the pages and a mirror's writes.
-  absl::StatusOr<int> chunk(const StepItem& item, int head, float beta) {
+  absl::StatusOr<int> chunk(const BatchItem& item, int row0, int head, float beta) {
+    const int len = static_cast<int>(item.tokens.size());
     const float thr = cache_.threshold(item.seq, beta);
     float after = kInf;  // min of phi over the rows after t
     float lowest = kInf;
-    suffix_.resize(static_cast<size_t>(item.len));
-    for (int t = item.len - 1; t >= 0; --t) {
+    suffix_.resize(static_cast<size_t>(len));
+    for (int t = len - 1; t >= 0; --t) {
       suffix_[static_cast<size_t>(t)] = after;
-      after = std::min(after, at(rows_.phi, item.row0 + t, head));
-      lowest = std::min(lowest, at(rows_.phi, item.row0 + t, head));
+      after = std::min(after, at(rows_.phi, row0 + t, head));
+      lowest = std::min(lowest, at(rows_.phi, row0 + t, head));
     }
     int dropped = 0;
-    for (int t = 0; t < item.len; ++t) {
+    for (int t = 0; t < len; ++t) {
       const float m = suffix_[static_cast<size_t>(t)];
-      if (at(rows_.lvl, item.row0 + t, head) - m >= thr) {
+      if (at(rows_.lvl, row0 + t, head) - m >= thr) {
         ++dropped;
         continue;
       }
-      absl::Status s = insert(item.seq, head, item.row0 + t, item.start_pos + t, m);
+      absl::Status s = insert(item.seq, head, row0 + t, item.start_pos + t, m);
       if (!s.ok()) return s;
     }
     cache_.count_dropped(dropped);
-    return cache_.evict_for_chunk(item.seq, layer_, head, lowest, beta,
-                                  item.start_pos + item.len - 1);
+    return cache_.evict_for_chunk(item.seq, layer_, head, lowest, beta, item.start_pos + len - 1);
   }
 
-  // The walk's value after the item's last row, where the next step continues it.
-  void keep_phi(const StepItem& item, int head) {
-    cache_.set_last_phi(item.seq, layer_, head, at(rows_.phi, item.row0 + item.len - 1, head));
+  // The walk's value at the item's last row, where the next step continues it.
+  void keep_phi(const BatchItem& item, int last_row, int head) {
+    cache_.set_last_phi(item.seq, layer_, head, at(rows_.phi, last_row, head));
   }
 
   void compact(SeqId seq, int head) {
@@ -102,21 +103,25 @@ class LayerWriter {
   std::vector<float> suffix_;
 };
 
-absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
+absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
+                                         std::span<const BatchItem> items,
                                          std::span<const float> beta, const LayerRows& rows) {
   LayerChanges out;
   LayerWriter writer(cache, layer, rows, out);
   std::vector<std::pair<SeqId, int>> shrunk;  // (seq, head) that lost keys
-  for (const StepItem& item : items) {
+  int row0 = 0;
+  for (const BatchItem& item : items) {
+    const int len = static_cast<int>(item.tokens.size());
     const bool competes = cache.mass_rule(item.seq).mode == MassRule::Mode::kLast;
     for (int h = 0; h < static_cast<int>(beta.size()); ++h) {
-      absl::StatusOr<int> evicted = item.len == 1 ? writer.decode(item, h, beta[h], competes)
-                                                  : writer.chunk(item, h, beta[h]);
+      absl::StatusOr<int> evicted = len == 1 ? writer.decode(item, row0, h, beta[h], competes)
+                                             : writer.chunk(item, row0, h, beta[h]);
       if (!evicted.ok()) return evicted.status();
       out.evicted += *evicted;
       if (*evicted > 0) shrunk.emplace_back(item.seq, h);
-      writer.keep_phi(item, h);
+      writer.keep_phi(item, row0 + len - 1, h);
     }
+    row0 += len;
   }
   for (const auto& [seq, h] : shrunk) writer.compact(seq, h);
   return out;

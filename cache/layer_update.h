@@ -7,19 +7,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/batch_item.h"
 #include "cache/kv_cache.h"
 #include "cache/pool_edits.h"
 
 namespace fpa::cache {
-
-// One sequence of the step: `len` rows from `row0`, at positions start_pos, start_pos + 1, ...
-// (one row for a decode token, a prompt chunk otherwise).
-struct StepItem {
-  SeqId seq = -1;
-  int32_t start_pos = 0;
-  int row0 = 0;
-  int len = 0;
-};
 
 // What the kernels computed for the layer. Per-row, per-head values sit at
 // [row * row_stride + head * head_stride]; a host-storage cache also takes the keys and values,
@@ -51,7 +43,9 @@ struct LayerChanges {
 // keys are compacted after every insert of the layer, so a page compaction frees is never handed to
 // another stream before the writes above. Pages come from the sequences' reservations
 // (KvCache::reserve); running out midway is an internal error.
-absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer, std::span<const StepItem> items,
+// The items' rows lie item after item from row 0 (one row for a decode token).
+absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
+                                         std::span<const BatchItem> items,
                                          std::span<const float> beta, const LayerRows& rows);
 
 }  // namespace fpa::cache

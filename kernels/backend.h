@@ -10,18 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cache/batch_item.h"
 #include "cache/kv_cache.h"
 #include "model/model.h"
 
 namespace fpa {
-
-// One sequence of a forward batch: `tokens` are appended at positions start_pos, start_pos+1, ...
-// One token for a decode step; a prompt chunk for prefill.
-struct ForwardItem {
-  cache::SeqId seq = -1;
-  std::span<const int32_t> tokens;
-  int32_t start_pos = 0;
-};
 
 // Optional outputs for tests and debugging.
 struct ForwardTrace {
@@ -42,7 +35,7 @@ class Backend {
   // the new keys, attends, and writes each item's last-token logits to logits[i * vocab_size]
   // (every token's, item after item, with trace->all_logits). Fails with ResourceExhausted before
   // changing anything when the cache cannot take the batch.
-  virtual absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+  virtual absl::Status forward(std::span<const cache::BatchItem> items, std::span<float> logits,
                                ForwardTrace* trace = nullptr) = 0;
 };
 

@@ -40,4 +40,11 @@ std::string TokenStream::emit_complete() {
   return out;
 }
 
+std::vector<int32_t> encode_without_bos(std::string_view text, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  const std::optional<int32_t> bos = tokenizer.special().bos;
+  if (!ids.empty() && bos && ids.front() == *bos) ids.erase(ids.begin());
+  return ids;
+}
+
 }  // namespace fpa

@@ -75,6 +75,10 @@ class TokenStream {
   size_t emitted_ = 0;  // bytes_[0, emitted_) have been returned
 };
 
+// The ids of `text` without the BOS the tokenizer adds in front (an empty text stays empty):
+// a piece of text inside a prompt (a rendered chat, a bad word), not a prompt of its own.
+std::vector<int32_t> encode_without_bos(std::string_view text, const Tokenizer& tokenizer);
+
 // The byte tokenizer of fpa-serve/1 models: [BOS] + UTF-8 bytes; ids 0-255 are bytes and the
 // config's bos/eos/pad ids are special.
 std::unique_ptr<Tokenizer> make_byte_tokenizer(const ModelConfig& config);

@@ -21,15 +21,15 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
 #include "model/model_chat_template.h"
-#include "server/acceptor.h"
 #include "server/engine/model_runner.h"
-#include "server/listen_socket.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/openai_api.h"
+#include "server/grpc/acceptor.h"
+#include "server/grpc/listen_socket.h"
+#include "server/grpc/service.h"
+#include "server/metrics/metrics.h"
+#include "server/metrics/metrics_http.h"
+#include "server/openai/openai_api.h"
 #include "server/options.h"
-#include "server/scheduler.h"
-#include "server/service.h"
+#include "server/scheduler/scheduler.h"
 
 namespace fpa::server {
 
@@ -129,6 +129,17 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
+// Whether the model can use the prefix cache the flags ask for on the backend chosen.
+absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config, bool use_cuda) {
+  // TODO(issue 25): carry the CUDA backend's shift slots with forks, as the CPU backend's rows.
+  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0 && use_cuda) {
+    return absl::InvalidArgumentError(
+        "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
+        "with the prefix cache on the cuda backend yet; leave it at 0 or use --backend cpu");
+  }
+  return absl::OkStatus();
+}
+
 int serve(const ServeOptions& o) {
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_device_available());
   absl::StatusOr<LoadedForCpu> loaded = load_model(o, use_cuda);
@@ -139,6 +150,10 @@ int serve(const ServeOptions& o) {
   const Model& model = *loaded->model;
   const CpuFormats& formats = loaded->formats;
   const ModelConfig& config = model.config();
+  if (const absl::Status st = check_prefix_cache(o, config, use_cuda); !st.ok()) {
+    std::cerr << "fpa-serve: " << st.message() << "\n";
+    return 1;
+  }
   // A chat template that does not parse leaves the model usable without chat.
   if (const ModelChatTemplate* t = model.tokenizer().chat_template(); t && !t->parsed.ok()) {
     std::cerr << "fpa-serve: warning: " << t->parsed.status().message()

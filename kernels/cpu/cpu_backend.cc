@@ -28,7 +28,7 @@ using cache::PageView;
 
 // One forward call's items with their token offsets in the stacked activations.
 struct Batch {
-  std::span<const ForwardItem> items;
+  std::span<const cache::BatchItem> items;
   std::vector<int> offset;            // item -> first row; offset[items.size()] = total tokens
   std::vector<cache::MassRule> mass;  // item -> what its policy has the kernels record in acc
   int tokens() const { return offset.back(); }
@@ -57,7 +57,7 @@ class CpuBackend : public Backend {
   std::string_view name() const override {
     return !bf16_.empty() ? "cpu-bf16" : !int8_.empty() ? "cpu-int8" : "cpu";
   }
-  absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+  absl::Status forward(std::span<const cache::BatchItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
 
  private:
@@ -119,7 +119,7 @@ void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool a
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
                                   const ForwardTrace* t) const {
   std::vector<cache::SeqId> seen;
-  for (const ForwardItem& it : b.items) {
+  for (const cache::BatchItem& it : b.items) {
     if (it.tokens.empty() || it.start_pos < 0) {
       return absl::InvalidArgumentError("forward: an item has no tokens or a negative position");
     }
@@ -159,11 +159,11 @@ void CpuBackend::resize(int n) {
   up_.resize(gate_.size());
 }
 
-absl::Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<float> logits,
+absl::Status CpuBackend::forward(std::span<const cache::BatchItem> items, std::span<float> logits,
                                  ForwardTrace* trace) {
   absl::MutexLock lock(&mu_);
   Batch b{items, {0}, {}};
-  for (const ForwardItem& it : items) {
+  for (const cache::BatchItem& it : items) {
     b.offset.push_back(b.offset.back() + it.tokens.size());
     b.mass.push_back(cache_.mass_rule(it.seq));
   }
@@ -345,14 +345,9 @@ void CpuBackend::attend(int l, const Batch& b) {
 // The cache evicts, inserts the step's keys (with the attention mass they got) and
 // compacts, as for every backend.
 absl::Status CpuBackend::update_cache(int l, const Batch& b) {
-  std::vector<cache::StepItem> items;
-  items.reserve(b.items.size());
-  for (size_t i = 0; i < b.items.size(); ++i) {
-    items.push_back({b.items[i].seq, b.items[i].start_pos, b.offset[i], b.len(i)});
-  }
   const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1,
                               b.tokens(),  k_.data(),   v_.data(),   width()};
-  return cache::apply_layer(cache_, l, items, model_.layers()[l].beta, rows).status();
+  return cache::apply_layer(cache_, l, b.items, model_.layers()[l].beta, rows).status();
 }
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {

@@ -3,29 +3,28 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
+#include "kernels/shift_rule.h"
+#include "model/status_macros.h"
 
 namespace fpa::cpu {
 
-absl::Status ShiftStates::begin(std::span<const ForwardItem> items, const cache::KvView& cache) {
+absl::Status ShiftStates::begin(std::span<const cache::BatchItem> items,
+                                const cache::KvView& cache) {
   absl::erase_if(states_, [&](const auto& entry) { return !cache.contains(entry.first); });
-  for (const ForwardItem& it : items) {
+  for (const cache::BatchItem& it : items) {
     if (it.start_pos == 0) {
       states_[it.seq] = {0, std::vector<float>(static_cast<size_t>(n_layers_) * 2 * width_)};
       continue;
     }
-    auto found = states_.find(it.seq);
-    if (found == states_.end() || found->second.next_pos != it.start_pos) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("forward: sequence ", it.seq, " starts at position ", it.start_pos,
-                       " without the key/value shift state of the position before"));
-    }
+    const auto found = states_.find(it.seq);
+    FPA_RETURN_IF_ERROR(check_shift_continues(
+        it, found == states_.end() ? std::nullopt : std::optional(found->second.next_pos)));
   }
   return absl::OkStatus();
 }
 
-void ShiftStates::end(std::span<const ForwardItem> items) {
-  for (const ForwardItem& it : items) {
+void ShiftStates::end(std::span<const cache::BatchItem> items) {
+  for (const cache::BatchItem& it : items) {
     states_[it.seq].next_pos = it.start_pos + static_cast<int32_t>(it.tokens.size());
   }
 }

@@ -3,7 +3,7 @@
 // sequence carries its last y' row per layer from one forward (prompt chunk, decode step) to the
 // next. A sequence that starts over (position 0, as after a preemption) starts from zeros; a fork
 // (a prefix-cache snapshot or hit) takes a copy of its source's rows (copy); one that starts
-// elsewhere without them is an error.
+// elsewhere without them is an error (kernels/shift_rule.h, the CUDA backend's rule too).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,9 @@ class ShiftStates {
 
   // Before a forward: every item's state, fresh at position 0; states of sequences the cache no
   // longer holds are dropped.
-  absl::Status begin(std::span<const ForwardItem> items, const cache::KvView& cache);
+  absl::Status begin(std::span<const cache::BatchItem> items, const cache::KvView& cache);
   // After it: where each item's sequence continues.
-  void end(std::span<const ForwardItem> items);
+  void end(std::span<const cache::BatchItem> items);
   // `to` is a fork of `from`: it goes on from the same rows.
   void copy(cache::SeqId from, cache::SeqId to);
 

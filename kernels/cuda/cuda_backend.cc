@@ -20,8 +20,11 @@
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/fox_pro_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch_check.h"
+#include "kernels/cuda/projection_layout.h"
+#include "kernels/cuda/shift_rows.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/step_plan.h"
 #include "model/status_macros.h"
@@ -92,7 +95,11 @@ struct LayerIo {
 class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
  public:
   CudaBackendImpl(const Model& model, cache::KvCache& cache, const CudaOptions& options)
-      : model_(model), cache_(cache), options_(options) {
+      : model_(model),
+        cache_(cache),
+        options_(options),
+        proj_(cuda::projection_layout(model.config())),
+        shift_(model.config().n_layers, proj_.attn_width) {
     for (const auto& layer : model.layers()) betas_.emplace_back(layer.beta);
   }
   ~CudaBackendImpl() override {
@@ -106,7 +113,7 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   absl::Status check_policy(const cache::PolicyConfig& policy) const override {
     return cuda::check_policy(policy);
   }
-  absl::Status forward(std::span<const ForwardItem> items, std::span<float> logits,
+  absl::Status forward(std::span<const cache::BatchItem> items, std::span<float> logits,
                        ForwardTrace* trace) override;
   absl::StatusOr<std::vector<int32_t>> live_positions(cache::SeqId seq, int layer,
                                                       int head) override;
@@ -116,27 +123,35 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
                           std::span<const cache::SlotCopy> copies) override;
 
  private:
-  int attn_width() const { return cfg().n_heads * cfg().head_dim; }
-  int qkv_stride() const { return 3 * attn_width(); }
+  int attn_width() const { return proj_.attn_width; }
+  int qkv_stride() const { return proj_.qkv_stride; }
+  bool shifts() const { return cfg().k_shift || cfg().v_shift; }
   const ModelConfig& cfg() const { return model_.config(); }
   absl::Status reserve_rows(const cuda::BatchLayout& layout, int items, int layer_blocks);
   absl::Status upload_layout(const cuda::BatchLayout& layout);
-  absl::Status forward_layered(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
-                               std::span<float> logits, ForwardTrace* trace);
-  absl::Status settle_layer(int layer, std::span<const ForwardItem> items,
+  absl::Status forward_rows(std::span<const cache::BatchItem> items,
+                            const cuda::BatchLayout& layout, std::span<float> logits,
+                            ForwardTrace* trace);
+  absl::Status forward_layered(std::span<const cache::BatchItem> items,
+                               const cuda::BatchLayout& layout, std::span<float> logits,
+                               ForwardTrace* trace);
+  absl::Status settle_layer(int layer, std::span<const cache::BatchItem> items,
                             const cuda::BatchLayout& layout);
-  absl::Status forward_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout,
-                              std::span<float> logits);
+  absl::Status forward_decode(std::span<const cache::BatchItem> items,
+                              const cuda::BatchLayout& layout, std::span<float> logits);
   absl::Status upload_kernel_inputs(const cuda::KernelInputs& in);
   absl::Status decode_launches(const cuda::KernelInputs& in, const cuda::BatchLayout& layout,
                                int items);
-  absl::Status settle_decode(std::span<const ForwardItem> items, const cuda::BatchLayout& layout);
+  absl::Status settle_decode(std::span<const cache::BatchItem> items,
+                             const cuda::BatchLayout& layout);
   absl::Status attention_launches(int layer, const LayerIo& io, const cuda::BatchLayout& layout,
                                   int items);
-  absl::Status field_walk(int layer, const LayerIo& io, const cuda::BatchLayout& layout, int items);
+  absl::Status shift_and_norm_qk(int layer, const LayerIo& io, int rows, int items);
+  absl::Status field_walk(int layer, const LayerIo& io, int items);
   absl::Status attend(int layer, const LayerIo& io, const cuda::BatchLayout& layout, int items);
   absl::Status reserve_partial(int rows, int max_count);
   int splits(int rows, int max_count) const;
+  absl::Status norm_and_gate_output(int layer, const LayerIo& io, int rows);
   absl::Status mirror_update(const cache::LayerChanges& update);
   absl::Status mlp_block(int layer, int rows);
   absl::Status logits_launches(const cuda::BatchLayout& layout);
@@ -145,6 +160,8 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   const Model& model_;
   cache::KvCache& cache_;
   CudaOptions options_;
+  cuda::ProjectionLayout proj_;  // where FoX Pro's extra projections sit in the fused rows
+  cuda::ShiftRows shift_;        // k_shift / v_shift models: each sequence's last k and v rows
   std::vector<std::span<const float>> betas_;  // per layer: the heads' penalty scale
   cudaStream_t stream_ = nullptr;
   cudaEvent_t field_ready_ = nullptr;
@@ -212,7 +229,7 @@ absl::Status CudaBackendImpl::reserve_rows(const cuda::BatchLayout& layout, int 
   FPA_RETURN_IF_ERROR(s_.h.reserve(rows * d * 4));
   FPA_RETURN_IF_ERROR(s_.x.reserve(rows * d * 4));
   FPA_RETURN_IF_ERROR(s_.qkv.reserve(blocks * rows * qkv_stride() * 4));
-  FPA_RETURN_IF_ERROR(s_.fl.reserve(rows * 2 * heads * 4));
+  FPA_RETURN_IF_ERROR(s_.fl.reserve(rows * proj_.field_stride * 4));
   FPA_RETURN_IF_ERROR(s_.attn.reserve(rows * attn_width() * 4));
   FPA_RETURN_IF_ERROR(s_.gate_up.reserve(rows * 2 * cfg().d_ff * 4));
   FPA_RETURN_IF_ERROR(s_.act.reserve(rows * cfg().d_ff * 4));
@@ -241,8 +258,8 @@ absl::Status CudaBackendImpl::upload_layout(const cuda::BatchLayout& layout) {
   return upload(s_.out_rows, layout.out_rows.data(), layout.out_rows.size(), stream_);
 }
 
-absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::span<float> logits,
-                                      ForwardTrace* trace) {
+absl::Status CudaBackendImpl::forward(std::span<const cache::BatchItem> items,
+                                      std::span<float> logits, ForwardTrace* trace) {
   std::lock_guard lock(mu_);  // one forward at a time: the scratch buffers are shared
   const bool all_logits = trace && trace->all_logits;
   const cuda::ModelDims dims{cfg().vocab_size, cfg().n_layers, cfg().n_heads, cfg().head_dim};
@@ -250,14 +267,24 @@ absl::Status CudaBackendImpl::forward(std::span<const ForwardItem> items, std::s
       cuda::plan_batch(items, logits.size(), all_logits, dims);
   if (!layout.ok()) return layout.status();
   if (layout->rows == 0) return absl::OkStatus();
+  if (!shifts()) return forward_rows(items, *layout, logits, trace);
+  FPA_RETURN_IF_ERROR(shift_.begin(items, cache_, stream_));
+  FPA_RETURN_IF_ERROR(forward_rows(items, *layout, logits, trace));
+  shift_.end(items);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::forward_rows(std::span<const cache::BatchItem> items,
+                                           const cuda::BatchLayout& layout, std::span<float> logits,
+                                           ForwardTrace* trace) {
   if (options_.settle_after_step && trace == nullptr && cuda::decode_only(items)) {
-    return forward_decode(items, *layout, logits);
+    return forward_decode(items, layout, logits);
   }
-  return forward_layered(items, *layout, logits, trace);
+  return forward_layered(items, layout, logits, trace);
 }
 
 // Each layer's cache update is settled (and mirrored) before the next layer runs.
-absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::forward_layered(std::span<const cache::BatchItem> items,
                                               const cuda::BatchLayout& layout,
                                               std::span<float> logits, ForwardTrace* trace) {
   const int n_items = static_cast<int>(items.size());
@@ -314,7 +341,7 @@ absl::Status CudaBackendImpl::forward_layered(std::span<const ForwardItem> items
 
 // The host bookkeeping of one layer, once its field values are back; the mirror update is
 // ordered before the next layer overwrites the qkv rows it reads.
-absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const cache::BatchItem> items,
                                            const cuda::BatchLayout& layout) {
   FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
   const size_t n = static_cast<size_t>(layout.rows) * cfg().n_heads;
@@ -322,14 +349,14 @@ absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const ForwardIte
   const cache::LayerRows rows{
       .phi = host, .lvl = host + n, .row_stride = cfg().n_heads, .head_stride = 1};
   absl::StatusOr<cache::LayerChanges> update =
-      cache::apply_layer(cache_, layer, cuda::step_items(items, layout), betas_[layer], rows);
+      cache::apply_layer(cache_, layer, items, betas_[layer], rows);
   if (!update.ok()) return update.status();
   return mirror_update(*update);
 }
 
 // Every layer without the host: inputs gathered before, the launches captured as one graph, the
 // cache settled after (decode_step.h).
-absl::Status CudaBackendImpl::forward_decode(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::forward_decode(std::span<const cache::BatchItem> items,
                                              const cuda::BatchLayout& layout,
                                              std::span<float> logits) {
   const int n_items = static_cast<int>(items.size());
@@ -409,7 +436,7 @@ absl::Status CudaBackendImpl::decode_launches(const cuda::KernelInputs& in,
 
 // The cache settles every layer, checked against what the device retired, and the device replays
 // each layer's page edits in layer order (a page one layer's update frees may be the next one's).
-absl::Status CudaBackendImpl::settle_decode(std::span<const ForwardItem> items,
+absl::Status CudaBackendImpl::settle_decode(std::span<const cache::BatchItem> items,
                                             const cuda::BatchLayout& layout) {
   const int layers = cfg().n_layers;
   const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;
@@ -440,24 +467,87 @@ absl::Status CudaBackendImpl::attention_launches(int layer, const LayerIo& io,
                                            cfg().d_model, cfg().norm_eps, s_.x.as<float>(),
                                            stream_));
   FPA_RETURN_IF_ERROR(gemm_.linear(w.qkv, s_.x.as<float>(), rows, io.qkv));
+  if (w.field.data) {
+    FPA_RETURN_IF_ERROR(gemm_.linear(w.field, s_.x.as<float>(), rows, s_.fl.as<float>()));
+  }
+  FPA_RETURN_IF_ERROR(shift_and_norm_qk(layer, io, rows, items));
   if (cfg().rope_theta > 0.0f) {  // softmax models only, by the format
     FPA_RETURN_IF_ERROR(cuda::launch_rope(io.qkv, qkv_stride(), rows, cfg().n_heads, cfg().head_dim,
                                           s_.row_pos.as<int32_t>(), cfg().rope_theta, stream_));
   }
-  FPA_RETURN_IF_ERROR(field_walk(layer, io, layout, items));
+  FPA_RETURN_IF_ERROR(field_walk(layer, io, items));
   FPA_RETURN_IF_ERROR(attend(layer, io, layout, items));
+  FPA_RETURN_IF_ERROR(norm_and_gate_output(layer, io, rows));
   return gemm_.linear(w.wo, s_.attn.as<float>(), rows, s_.h.as<float>(), /*accumulate=*/true);
 }
 
-// phi, lvl and the chunk minima of the layer's rows.
-absl::Status CudaBackendImpl::field_walk(int layer, const LayerIo& io,
-                                         const cuda::BatchLayout& layout, int items) {
+// FoX Pro's key / value shift, then its QK-norm, in place on the layer's k, v and q rows (the
+// CPU backend's order); the pool's key writes later read the rows as they leave here.
+absl::Status CudaBackendImpl::shift_and_norm_qk(int layer, const LayerIo& io, int rows, int items) {
+  const cuda::DeviceLayer& w = weights_.layers()[layer];
+  if (shifts()) {
+    cuda::ShiftArgs a;
+    a.qkv = io.qkv;
+    a.qkv_stride = qkv_stride();
+    a.gates = s_.fl.as<float>();
+    a.gate_stride = proj_.field_stride;
+    a.k_gate_col = proj_.k_shift_col;
+    a.v_gate_col = proj_.v_shift_col;
+    a.item_row0 = s_.item_row0.as<int32_t>();
+    a.item_len = s_.item_len.as<int32_t>();
+    a.item_slot = shift_.item_slot();
+    a.state = shift_.rows();
+    a.layer = layer;
+    a.n_layers = cfg().n_layers;
+    a.items = items;
+    a.n_heads = cfg().n_heads;
+    a.head_dim = cfg().head_dim;
+    FPA_RETURN_IF_ERROR(cuda::launch_shift(a, stream_));
+  }
+  if (!cfg().qk_norm) return absl::OkStatus();
+  cuda::HeadNormArgs n;
+  n.x = io.qkv;
+  n.x_stride = qkv_stride();
+  n.rows = rows;
+  n.n_heads = cfg().n_heads;
+  n.head_dim = cfg().head_dim;
+  n.weight = w.q_norm;
+  n.weight_head_stride = cfg().qk_norm_shared ? 0 : cfg().head_dim;
+  n.eps = cuda::kQkNormEps;
+  FPA_RETURN_IF_ERROR(cuda::launch_head_norm(n, stream_));
+  n.x = io.qkv + attn_width();
+  n.weight = w.k_norm;
+  return cuda::launch_head_norm(n, stream_);
+}
+
+// FoX Pro's output stage on the attention output, before wo: each head RMS-normed (output_norm),
+// then times act(ogate x) (output_gate), ogate x being the end of the layer's qkv rows.
+absl::Status CudaBackendImpl::norm_and_gate_output(int layer, const LayerIo& io, int rows) {
+  if (!cfg().output_norm && !cfg().output_gate) return absl::OkStatus();
+  cuda::HeadNormArgs n;
+  n.x = s_.attn.as<float>();
+  n.x_stride = attn_width();
+  n.rows = rows;
+  n.n_heads = cfg().n_heads;
+  n.head_dim = cfg().head_dim;
+  n.weight = weights_.layers()[layer].out_norm;
+  n.weight_head_stride = cfg().head_dim;
+  n.eps = cfg().norm_eps;
+  if (proj_.ogate_col >= 0) {
+    n.gate = io.qkv + proj_.ogate_col;
+    n.gate_stride = qkv_stride();
+    n.gate_silu = cfg().output_gate_silu;
+  }
+  return cuda::launch_head_norm(n, stream_);
+}
+
+// phi, lvl and the chunk minima of the layer's rows (the field's projection is already in fl).
+absl::Status CudaBackendImpl::field_walk(int layer, const LayerIo& io, int items) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
   cuda::FieldArgs f;
-  if (w.field.data) {
-    FPA_RETURN_IF_ERROR(gemm_.linear(w.field, s_.x.as<float>(), layout.rows, s_.fl.as<float>()));
+  if (proj_.field) {
     f.fl = s_.fl.as<float>();
-    f.fl_stride = w.field.rows;
+    f.fl_stride = proj_.field_stride;
   }
   f.field_b = w.field_b;
   f.level_b = w.level_b;
@@ -655,14 +745,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> create_cuda_backend(const Model& mo
     return absl::FailedPreconditionError(
         "cuda backend: the model was loaded keeping its bf16 or int8 weights as stored (for the "
         "CPU backend); load it without LoadOptions::keep_bf16 / keep_int8");
-  }
-  // TODO(issue 25): FoX Pro's QK-norm, output gate / norm and key/value shift in the CUDA
-  // kernels.
-  const ModelConfig& c = model.config();
-  if (c.qk_norm || c.output_norm || c.output_gate || c.k_shift || c.v_shift) {
-    return absl::UnimplementedError(
-        "cuda backend: FoX Pro's qk_norm / use_output_norm / use_output_gate / use_k_shift / "
-        "use_v_shift run on the CPU backend only (--backend cpu)");
   }
   FPA_RETURN_IF_ERROR(check_cache(model, cache, options));
   auto backend = std::make_unique<CudaBackendImpl>(model, cache, options);

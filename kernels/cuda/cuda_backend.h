@@ -12,6 +12,10 @@
 // when it updates m in place, so the device retires exactly the keys the cache frees, and a
 // decode step checks the counts agree. Supported policies: fpa and none (the heuristic policies
 // need per-slot information the host cache does not expose without host storage).
+//
+// FoX Pro's options run here as on the CPU backend: their projections join the fused GEMMs
+// (projection_layout.h), the per-head norms, output gate and key/value shift are kernels of their
+// own (fox_pro_ops.h), and each sequence's shift rows stay on the device (shift_rows.h).
 #pragma once
 
 #include <cstdint>

@@ -6,16 +6,16 @@
 
 namespace fpa::cuda {
 
-bool decode_only(std::span<const ForwardItem> items) {
+bool decode_only(std::span<const cache::BatchItem> items) {
   return std::all_of(items.begin(), items.end(),
-                     [](const ForwardItem& item) { return item.tokens.size() == 1; });
+                     [](const cache::BatchItem& item) { return item.tokens.size() == 1; });
 }
 
-void append_kernel_inputs(std::span<const ForwardItem> items, int layer,
+void append_kernel_inputs(std::span<const cache::BatchItem> items, int layer,
                           std::span<const float> beta, const cache::KvView& cache,
                           KernelInputs& in) {
   const int n_heads = static_cast<int>(beta.size());
-  for (const ForwardItem& item : items) {
+  for (const cache::BatchItem& item : items) {
     for (int h = 0; h < n_heads; ++h) in.phi_prev.push_back(cache.last_phi(item.seq, layer, h));
   }
   const std::vector<float> thr = eviction_thresholds(items, beta, cache);
@@ -29,7 +29,7 @@ void append_kernel_inputs(std::span<const ForwardItem> items, int layer,
   in.max_count.push_back(tables.max_count);
 }
 
-KernelInputs kernel_inputs(std::span<const ForwardItem> items,
+KernelInputs kernel_inputs(std::span<const cache::BatchItem> items,
                            std::span<const std::span<const float>> betas,
                            const cache::KvView& cache) {
   KernelInputs in;
@@ -40,10 +40,9 @@ KernelInputs kernel_inputs(std::span<const ForwardItem> items,
 }
 
 absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
-    cache::KvCache& cache, std::span<const ForwardItem> items, const BatchLayout& layout,
+    cache::KvCache& cache, std::span<const cache::BatchItem> items, const BatchLayout& layout,
     std::span<const std::span<const float>> betas, const DecodeField& field,
     std::span<const int32_t> retired) {
-  const std::vector<cache::StepItem> steps = step_items(items, layout);
   std::vector<cache::LayerChanges> out;
   for (int l = 0; l < static_cast<int>(betas.size()); ++l) {
     const long heads = static_cast<long>(betas[l].size());
@@ -51,7 +50,7 @@ absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
     const cache::LayerRows rows{
         .phi = field.phi + block, .lvl = field.lvl + block, .row_stride = heads, .head_stride = 1};
     absl::StatusOr<cache::LayerChanges> changes =
-        cache::apply_layer(cache, l, steps, betas[l], rows);
+        cache::apply_layer(cache, l, items, betas[l], rows);
     if (!changes.ok()) return changes.status();
     if (changes->evicted != retired[l]) {
       return absl::InternalError(absl::StrCat("layer ", l, ": the cache evicted ", changes->evicted,

@@ -24,7 +24,7 @@ namespace fpa::cuda {
 
 // Whether every item is one token (a decode step): only those run without the host; a prompt
 // chunk's keys are cached per layer as before (its key writes would need every layer's rows).
-bool decode_only(std::span<const ForwardItem> items);
+bool decode_only(std::span<const cache::BatchItem> items);
 
 // What the kernels of the step's layers read, gathered before they run. Per-stream values are
 // layer-major: stream (layer block b, item i, head h) is at (b * items + i) * heads + h.
@@ -35,11 +35,11 @@ struct KernelInputs {
   std::vector<int> max_count;   // per layer block: its longest page list
 };
 // Appends the block of layer `layer`, whose heads' penalty scales are `beta`.
-void append_kernel_inputs(std::span<const ForwardItem> items, int layer,
+void append_kernel_inputs(std::span<const cache::BatchItem> items, int layer,
                           std::span<const float> beta, const cache::KvView& cache,
                           KernelInputs& in);
 // Every layer's block, `betas[l]` being layer l's.
-KernelInputs kernel_inputs(std::span<const ForwardItem> items,
+KernelInputs kernel_inputs(std::span<const cache::BatchItem> items,
                            std::span<const std::span<const float>> betas,
                            const cache::KvView& cache);
 
@@ -53,7 +53,7 @@ struct DecodeField {
 // Internal when a layer's evictions differ from the keys the device retired in it (`retired[l]`):
 // host and device would then disagree about what is live, so the step must not go on.
 absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
-    cache::KvCache& cache, std::span<const ForwardItem> items, const BatchLayout& layout,
+    cache::KvCache& cache, std::span<const cache::BatchItem> items, const BatchLayout& layout,
     std::span<const std::span<const float>> betas, const DecodeField& field,
     std::span<const int32_t> retired);
 

@@ -3,14 +3,15 @@
 #include <cstring>
 
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/projection_layout.h"
 
 namespace fpa::cuda {
 
 // Stacks the parts' rows (all of the same width) into one device matrix.
-absl::StatusOr<DeviceMatrix> DeviceWeights::matrix(std::initializer_list<const Matrix*> parts,
+absl::StatusOr<DeviceMatrix> DeviceWeights::matrix(const std::vector<const Matrix*>& parts,
                                                    bool bf16, cudaStream_t stream) {
   DeviceMatrix out;
-  out.cols = (*parts.begin())->cols;
+  out.cols = parts.front()->cols;
   out.bf16 = bf16;
   std::vector<float> host;
   for (const Matrix* m : parts) {
@@ -57,22 +58,25 @@ absl::Status DeviceWeights::upload(const Model& model, bool bf16, cudaStream_t s
   const ModelConfig& cfg = model.config();
   for (const LayerWeights& w : model.layers()) {
     DeviceLayer d;
-    FPA_ASSIGN(d.qkv, matrix({&w.wq, &w.wk, &w.wv}, bf16, stream));
+    FPA_ASSIGN(d.qkv, matrix(qkv_parts(cfg, w), bf16, stream));
     FPA_ASSIGN(d.wo, matrix({&w.wo}, bf16, stream));
     FPA_ASSIGN(d.gate_up, matrix({&w.w_gate, &w.w_up}, bf16, stream));
     FPA_ASSIGN(d.down, matrix({&w.w_down}, bf16, stream));
     FPA_ASSIGN(d.attn_norm, array(w.attn_norm, stream));
     FPA_ASSIGN(d.mlp_norm, array(w.mlp_norm, stream));
     FPA_ASSIGN(d.beta, array(w.beta, stream));
-    if (cfg.attention != AttentionKind::kSoftmax) {
-      if (cfg.free_levels) {
-        FPA_ASSIGN(d.field, matrix({&w.field_w, &w.level_w}, false, stream));
-        FPA_ASSIGN(d.level_b, array(w.level_b, stream));
-      } else {
-        FPA_ASSIGN(d.field, matrix({&w.field_w}, false, stream));
-      }
-      FPA_ASSIGN(d.field_b, array(w.field_b, stream));
+    if (const std::vector<const Matrix*> field = field_parts(cfg, w); !field.empty()) {
+      FPA_ASSIGN(d.field, matrix(field, false, stream));
     }
+    if (cfg.attention != AttentionKind::kSoftmax) {
+      FPA_ASSIGN(d.field_b, array(w.field_b, stream));
+      if (cfg.free_levels) FPA_ASSIGN(d.level_b, array(w.level_b, stream));
+    }
+    if (cfg.qk_norm) {
+      FPA_ASSIGN(d.q_norm, array(w.q_norm, stream));
+      FPA_ASSIGN(d.k_norm, array(w.k_norm, stream));
+    }
+    if (cfg.output_norm) FPA_ASSIGN(d.out_norm, array(w.out_norm, stream));
     layers_.push_back(d);
   }
   const Matrix& embed = model.embed();

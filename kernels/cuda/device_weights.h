@@ -1,8 +1,8 @@
-// The model's weights on the device: projections fused per layer (q|k|v, gate|up) in bf16 or
-// float32, the field and level projections always float32 (they drive eviction), norms float32.
+// The model's weights on the device: projections fused per layer (q|k|v|ogate, gate|up) in bf16
+// or float32, the field's row (field, levels, FoX Pro's shift gates) always float32 (it drives
+// eviction), norms float32.
 #pragma once
 
-#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -13,9 +13,10 @@
 
 namespace fpa::cuda {
 
+// The fused rows' parts and columns: projection_layout.h.
 struct DeviceLayer {
-  DeviceMatrix qkv;      // [3A, d_model]
-  DeviceMatrix field;    // [H or 2H, d_model]: field_w | level_w (free levels); empty: softmax
+  DeviceMatrix qkv;      // [qkv_stride, d_model]: q | k | v | ogate (output gate)
+  DeviceMatrix field;    // [field_stride, d_model]: field | level | k_shift | v_shift
   DeviceMatrix wo;       // [d_model, A]
   DeviceMatrix gate_up;  // [2 d_ff, d_model]
   DeviceMatrix down;     // [d_model, d_ff]
@@ -24,6 +25,9 @@ struct DeviceLayer {
   const float* field_b = nullptr;
   const float* level_b = nullptr;  // free levels only
   const float* beta = nullptr;     // [H]
+  const float* q_norm = nullptr;   // [A], or [head_dim] shared by the heads (qk_norm)
+  const float* k_norm = nullptr;
+  const float* out_norm = nullptr;  // [A] (output_norm)
 };
 
 class DeviceWeights {
@@ -36,7 +40,7 @@ class DeviceWeights {
   const DeviceMatrix& lm_head() const { return lm_head_; }
 
  private:
-  absl::StatusOr<DeviceMatrix> matrix(std::initializer_list<const Matrix*> parts, bool bf16,
+  absl::StatusOr<DeviceMatrix> matrix(const std::vector<const Matrix*>& parts, bool bf16,
                                       cudaStream_t stream);
   absl::StatusOr<const float*> array(std::span<const float> v, cudaStream_t stream);
 

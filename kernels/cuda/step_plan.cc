@@ -12,7 +12,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-absl::Status check_item(const ForwardItem& item, size_t index, const ModelDims& dims) {
+absl::Status check_item(const cache::BatchItem& item, size_t index, const ModelDims& dims) {
   if (item.tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("forward item ", index, " has no tokens"));
   }
@@ -39,12 +39,12 @@ absl::Status check_policy(const cache::PolicyConfig& policy) {
       "ones free slots its kernels cannot tell apart); run it on --backend cpu"));
 }
 
-absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_t logits_size,
+absl::StatusOr<BatchLayout> plan_batch(std::span<const cache::BatchItem> items, size_t logits_size,
                                        bool all_logits, const ModelDims& dims) {
   BatchLayout layout;
   std::unordered_set<cache::SeqId> seen;
   for (size_t i = 0; i < items.size(); ++i) {
-    const ForwardItem& item = items[i];
+    const cache::BatchItem& item = items[i];
     if (!seen.insert(item.seq).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", item.seq, " appears twice in one forward batch"));
@@ -70,30 +70,20 @@ absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_
   return layout;
 }
 
-std::vector<float> eviction_thresholds(std::span<const ForwardItem> items,
+std::vector<float> eviction_thresholds(std::span<const cache::BatchItem> items,
                                        std::span<const float> beta, const cache::KvView& cache) {
   std::vector<float> thr;
   thr.reserve(items.size() * beta.size());
-  for (const ForwardItem& item : items) {
+  for (const cache::BatchItem& item : items) {
     for (float b : beta) thr.push_back(cache.threshold(item.seq, b));
   }
   return thr;
 }
 
-std::vector<cache::StepItem> step_items(std::span<const ForwardItem> items,
-                                        const BatchLayout& layout) {
-  std::vector<cache::StepItem> out;
-  out.reserve(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    out.push_back({items[i].seq, items[i].start_pos, layout.item_row0[i], layout.item_len[i]});
-  }
-  return out;
-}
-
-PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, int n_heads,
+PageTables snapshot_page_tables(std::span<const cache::BatchItem> items, int layer, int n_heads,
                                 const cache::KvView& cache) {
   PageTables tables;
-  for (const ForwardItem& item : items) {
+  for (const cache::BatchItem& item : items) {
     for (int h = 0; h < n_heads; ++h) {
       std::span<const int32_t> pages = cache.pages(item.seq, layer, h);
       tables.offset.push_back(static_cast<int32_t>(tables.ids.size()));

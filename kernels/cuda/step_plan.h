@@ -40,16 +40,12 @@ absl::Status check_policy(const cache::PolicyConfig& policy);
 
 // InvalidArgument for a malformed batch (empty item, bad token, repeated sequence, short logits
 // span). Nothing is changed. Whether the step fits the pool is the planner's (KvCache::reserve).
-absl::StatusOr<BatchLayout> plan_batch(std::span<const ForwardItem> items, size_t logits_size,
+absl::StatusOr<BatchLayout> plan_batch(std::span<const cache::BatchItem> items, size_t logits_size,
                                        bool all_logits, const ModelDims& dims);
 
 // The threshold per (item, head) the kernels exclude keys at, as the cache's policy says.
-std::vector<float> eviction_thresholds(std::span<const ForwardItem> items,
+std::vector<float> eviction_thresholds(std::span<const cache::BatchItem> items,
                                        std::span<const float> beta, const cache::KvView& cache);
-
-// The step's items as the cache's layer update takes them.
-std::vector<cache::StepItem> step_items(std::span<const ForwardItem> items,
-                                        const BatchLayout& layout);
 
 // The streams' current page lists, flattened: stream (item, head) owns
 // ids[offset[s] .. offset[s] + count[s]).
@@ -57,7 +53,7 @@ struct PageTables {
   std::vector<int32_t> ids, offset, count;
   int max_count = 0;
 };
-PageTables snapshot_page_tables(std::span<const ForwardItem> items, int layer, int n_heads,
+PageTables snapshot_page_tables(std::span<const cache::BatchItem> items, int layer, int n_heads,
                                 const cache::KvView& cache);
 
 // The first row of every kChunkTile-row tile of the items longer than one token (the prompt

@@ -14,10 +14,35 @@ float repeat_penalized(float logit, float penalty) {
   return logit > 0 ? logit / penalty : logit * penalty;
 }
 
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+void mask_all_but(std::span<const int32_t> allowed, std::span<float> logits) {
+  std::vector<float> kept;
+  kept.reserve(allowed.size());
+  for (int32_t id : allowed) kept.push_back(in_range(logits, id) ? logits[id] : kMasked);
+  std::ranges::fill(logits, kMasked);
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (in_range(logits, allowed[i])) logits[allowed[i]] = kept[i];
+  }
+}
+
+// The last id of each bad word whose other ids end the output.
+void mask_bad_words(const std::vector<std::vector<int32_t>>& words, std::span<const int32_t> output,
+                    std::span<float> logits) {
+  for (const std::vector<int32_t>& word : words) {
+    const size_t before = word.size() - 1;
+    if (before > output.size()) continue;
+    if (std::equal(word.begin(), word.end() - 1, output.end() - static_cast<ptrdiff_t>(before)) &&
+        in_range(logits, word.back())) {
+      logits[word.back()] = kMasked;
+    }
+  }
+}
+
 }  // namespace
 
 LogitHistory::LogitHistory(const LogitRules& rules, std::span<const int32_t> prompt)
-    : counts_output_(rules.penalizes()) {
+    : counts_output_(rules.penalizes()), keeps_output_(!rules.bad_words.empty()) {
   // Only repetition_penalty looks at the prompt; the others keep no copy of it.
   if (rules.repetition_penalty == 1.0f) return;
   prompt_.assign(prompt.begin(), prompt.end());
@@ -27,13 +52,16 @@ LogitHistory::LogitHistory(const LogitRules& rules, std::span<const int32_t> pro
 
 void LogitHistory::record(int32_t token) {
   if (counts_output_) ++counts_[token];
+  if (keeps_output_) output_.push_back(token);
   ++generated_;
 }
 
 void LogitHistory::apply(const LogitRules& rules, std::span<float> logits) const {
+  if (!rules.allowed_ids.empty()) mask_all_but(rules.allowed_ids, logits);
+  mask_bad_words(rules.bad_words, output_, logits);
   if (generated_ < rules.min_tokens) {
     for (int32_t id : rules.end_ids) {
-      if (in_range(logits, id)) logits[id] = -std::numeric_limits<float>::infinity();
+      if (in_range(logits, id)) logits[id] = kMasked;
     }
   }
   for (const auto& [id, bias] : rules.logit_bias) {

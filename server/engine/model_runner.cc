@@ -18,23 +18,25 @@ absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& polic
   return cache_.add_sequence(policy);
 }
 
-absl::Status ModelRunner::step(std::span<const StepInput> inputs, std::span<float> logits,
+absl::Status ModelRunner::step(std::span<const cache::BatchItem> items, std::span<float> logits,
                                bool all_logits) {
   absl::Cleanup unreserve = [&] {
-    for (const StepInput& in : inputs) cache_.unreserve(in.seq);
+    for (const cache::BatchItem& in : items) cache_.unreserve(in.seq);
   };
-  std::vector<ForwardItem> items;
-  items.reserve(inputs.size());
-  for (const StepInput& in : inputs) {
+  for (const cache::BatchItem& in : items) {
     if (!cache_.contains(in.seq)) {
       return absl::NotFoundError(absl::StrCat("model runner: unknown sequence ", in.seq));
+    }
+    if (in.start_pos != position(in.seq)) {
+      return absl::InvalidArgumentError(absl::StrCat("model runner: sequence ", in.seq, " is at ",
+                                                     position(in.seq), ", the item starts at ",
+                                                     in.start_pos));
     }
     if (!cache_.reserve(in.seq, static_cast<int>(in.tokens.size()))) {
       return absl::ResourceExhaustedError(
           absl::StrCat("KV cache exhausted: the step needs more pages than the ",
                        cache_.free_pages(), " free ones"));
     }
-    items.push_back(ForwardItem{in.seq, in.tokens, position(in.seq)});
   }
   ForwardTrace trace{.all_logits = all_logits};
   return backend_->forward(items, logits, all_logits ? &trace : nullptr);
@@ -64,7 +66,7 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::generate(std::span<const int32
   std::vector<float> logits(model_.config().vocab_size);
   for (size_t at = 0; at < prompt.size(); at += prefill_chunk) {
     const size_t n = std::min(prompt.size() - at, static_cast<size_t>(prefill_chunk));
-    const StepInput in{*seq, prompt.subspan(at, n)};
+    const cache::BatchItem in{*seq, prompt.subspan(at, n), static_cast<int32_t>(at)};
     FPA_RETURN_IF_ERROR(step({&in, 1}, logits));
   }
   Sampler sampler(sampling);
@@ -74,7 +76,7 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::generate(std::span<const int32
     if (out.back() == model_.config().eos_id || static_cast<int>(out.size()) == max_new_tokens) {
       break;
     }
-    const StepInput in{*seq, {&out.back(), 1}};
+    const cache::BatchItem in{*seq, {&out.back(), 1}, position(*seq)};
     FPA_RETURN_IF_ERROR(step({&in, 1}, logits));
   }
   return out;

@@ -10,17 +10,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cache/batch_item.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "server/engine/sampler.h"
 
 namespace fpa {
-
-struct StepInput {
-  cache::SeqId seq = -1;
-  std::span<const int32_t> tokens;  // a prompt chunk, or the one token sampled last step
-};
 
 class ModelRunner {
  public:
@@ -38,12 +34,12 @@ class ModelRunner {
   // The planner's call before a step (KvCache::reserve): false when the pool cannot promise the
   // pages appending n_tokens to `seq` may take; the caller preempts or defers it.
   bool reserve(cache::SeqId seq, int n_tokens) { return cache_.reserve(seq, n_tokens); }
-  // Appends each input's tokens at its sequence's current position and writes the logits of
-  // its last token to logits[i * vocab_size] (with all_logits, of every token, input after
-  // input). Reserves what the caller did not, and hands back
-  // every reservation afterwards. ResourceExhausted (nothing changed) when the pool cannot take
-  // the whole step.
-  absl::Status step(std::span<const StepInput> inputs, std::span<float> logits,
+  // Appends each item's tokens at its sequence's current position (InvalidArgument when its
+  // start_pos is not that) and writes the logits of its last token to logits[i * vocab_size]
+  // (with all_logits, of every token, item after item). Reserves what the caller did not, and
+  // hands back every reservation afterwards. ResourceExhausted (nothing changed) when the pool
+  // cannot take the whole step.
+  absl::Status step(std::span<const cache::BatchItem> items, std::span<float> logits,
                     bool all_logits = false);
   int32_t position(cache::SeqId seq) const;
   void finish(cache::SeqId seq);  // frees every page of the sequence at once

@@ -52,6 +52,9 @@ Scored score(std::span<const float> logits, int32_t token, int n, float temperat
     return static_cast<float>((clean(logits[id]) - mx) / temperature - log_z);
   };
   s.logprob = log_prob(token);
+  const float own = clean(logits[token]);
+  s.rank = 1 + static_cast<int32_t>(
+                   std::ranges::count_if(logits, [own](float x) { return clean(x) > own; }));
   if (n > 0) {
     const std::vector<int32_t> order = best_first(logits, static_cast<size_t>(n));
     for (size_t i = 0; i < static_cast<size_t>(n) && i < order.size(); ++i) {

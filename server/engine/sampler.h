@@ -32,6 +32,7 @@ struct TokenLogprob {
 struct Scored {
   float logprob = 0.0f;
   std::vector<TokenLogprob> top;
+  int32_t rank = 0;  // 1 + the ids likelier than the token
 };
 
 // `token`'s log-probability under softmax(logits / temperature) with the n likeliest tokens.

@@ -377,7 +377,8 @@ TEST(TovaLayer, TheNewKeyCompetesWithTheCachedOnes) {
   const int heads = kShape.n_heads, dim = kShape.head_dim;
   const std::vector<float> beta(heads, 0.0f), zero(8 * heads, 0.0f), kv(8 * heads * dim, 1.0f);
   auto step = [&](int32_t pos, int len, const std::vector<float>& acc) {
-    const StepItem item{seq, pos, 0, len};
+    const std::vector<int32_t> tokens(static_cast<size_t>(len), 0);  // the cache reads no token
+    const BatchItem item{seq, tokens, pos};
     const LayerRows rows{zero.data(), zero.data(), acc.data(), heads,
                          1,           kv.data(),   kv.data(),  heads * dim};
     auto changes = apply_layer(*cache, 0, {&item, 1}, beta, rows);

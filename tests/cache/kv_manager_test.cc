@@ -41,7 +41,8 @@ void feed(KvCache& cache, const KvRequest& r, int n) {
                        .k = kv.data(),
                        .v = kv.data(),
                        .kv_stride = kShape.n_heads * kShape.head_dim};
-  const StepItem item{.seq = r.seq, .start_pos = start, .row0 = 0, .len = n};
+  const std::vector<int32_t> ids(static_cast<size_t>(n), 1);  // the layer update reads no id
+  const BatchItem item{.seq = r.seq, .tokens = ids, .start_pos = start};
   const std::vector<float> beta(kShape.n_heads, 1.0f);
   for (int l = 0; l < kShape.n_layers; ++l) {
     ASSERT_TRUE(apply_layer(cache, l, {&item, 1}, beta, rows).ok());

@@ -61,7 +61,7 @@ class HfGolden : public ::testing::TestWithParam<std::string> {
     std::vector<float> logits(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += chunk) {
       const int n = std::min(chunk, T() - at);
-      const ForwardItem item{*seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{*seq, std::span(tokens_).subspan(at, n), at};
       ForwardTrace trace{.all_logits = true};
       const absl::Status s =
           backend_->forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
@@ -116,12 +116,12 @@ TEST_P(HfGolden, AForkGoesOnFromItsSourcesShiftRows) {
   auto parent = cache_->add_sequence({.policy = cache::Policy::kNone});
   ASSERT_TRUE(parent.ok());
   std::vector<float> logits(static_cast<size_t>(5) * V()), from_parent(V()), from_child(V());
-  const ForwardItem prompt{*parent, std::span(tokens_).subspan(0, 5), 0};
+  const cache::BatchItem prompt{*parent, std::span(tokens_).subspan(0, 5), 0};
   ASSERT_TRUE(backend_->forward({&prompt, 1}, logits, nullptr).ok());
   auto child = cache_->fork(*parent);
   ASSERT_TRUE(child.ok()) << child.status();
   for (auto [seq, out] : {std::pair{*parent, &from_parent}, std::pair{*child, &from_child}}) {
-    const ForwardItem next{seq, std::span(tokens_).subspan(5, 1), 5};
+    const cache::BatchItem next{seq, std::span(tokens_).subspan(5, 1), 5};
     ASSERT_TRUE(backend_->forward({&next, 1}, *out, nullptr).ok());
   }
   EXPECT_EQ(from_child, from_parent);

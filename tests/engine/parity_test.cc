@@ -78,7 +78,7 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
     std::vector<float> logits(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += chunk) {
       const int n = std::min(chunk, T() - at);
-      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(at, n), at};
       ForwardTrace trace{.all_logits = true, .layer_outputs = layers};
       const absl::Status s =
           backend_->forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
@@ -160,7 +160,7 @@ TEST_P(ParityTest, DecodeWithEvictionMatchesLiveSetsStepByStep) {
   std::vector<float> logits(V());
   int evicted = 0;
   for (int i = 0; i < T(); ++i) {
-    const ForwardItem item{seq, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem item{seq, std::span(tokens_).subspan(i, 1), i};
     ASSERT_TRUE(backend_->forward({&item, 1}, logits).ok());
     EXPECT_LE(rel_error(logits, std::span(ref).subspan(i * V(), V())), kTolerance) << "step " << i;
     mark_ties(i, tied);
@@ -192,7 +192,7 @@ TEST_P(ParityTest, MixedBatchesMatchTheReference) {
   for (int i = 0; i < T(); ++i) mark_ties(i, tied);
   const std::vector<std::vector<Piece>> batches = mixed_batches(T());
   for (size_t b = 0; b < batches.size(); ++b) {
-    std::vector<ForwardItem> items;
+    std::vector<cache::BatchItem> items;
     size_t rows = 0;
     for (const Piece& p : batches[b]) {
       items.push_back({seqs[p.seq], std::span(tokens_).subspan(p.at, p.n), p.at});

@@ -71,16 +71,17 @@ TEST_P(RunnerTest, BatchedStepsEqualSoloGeneration) {
   std::vector<std::vector<int32_t>> got(3);
   for (int i = 0; i < 3; ++i) seqs.push_back(*runner_->start(fpa_));
   while (got[0].size() < kNew || got[1].size() < kNew || got[2].size() < kNew) {
-    std::vector<StepInput> inputs;
+    std::vector<cache::BatchItem> inputs;
     std::vector<int> who;
     for (int i = 0; i < 3; ++i) {
       if (got[i].size() >= kNew) continue;
       if (fed[i] < prompts[i].size()) {  // prefill in chunks of 16, like generate
         const size_t n = std::min<size_t>(16, prompts[i].size() - fed[i]);
-        inputs.push_back({seqs[i], std::span(prompts[i]).subspan(fed[i], n)});
+        inputs.push_back(
+            {seqs[i], std::span(prompts[i]).subspan(fed[i], n), runner_->position(seqs[i])});
         fed[i] += n;
       } else {
-        inputs.push_back({seqs[i], std::span(got[i]).last(1)});
+        inputs.push_back({seqs[i], std::span(got[i]).last(1), runner_->position(seqs[i])});
       }
       who.push_back(i);
     }
@@ -110,9 +111,9 @@ TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
   const cache::SeqId a = *runner_->start(full);
   const std::vector<int32_t> p = prompt(10, 4);
   std::vector<float> logits(c.vocab_size), before(c.vocab_size);
-  ASSERT_TRUE(runner_->step(std::vector<StepInput>{{a, p}}, logits).ok());
+  ASSERT_TRUE(runner_->step(std::vector<cache::BatchItem>{{a, p}}, logits).ok());
   const cache::SeqId b = *runner_->start(full);
-  const std::vector<StepInput> too_big = {{b, p}};
+  const std::vector<cache::BatchItem> too_big = {{b, p}};
   EXPECT_GT(cache_->pages_needed(b, 10), cache_->free_pages());
   EXPECT_FALSE(runner_->reserve(b, 10));
   const cache::CacheStats stats = cache_->stats();
@@ -125,7 +126,7 @@ TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
   EXPECT_EQ(untouched, std::vector<float>(c.vocab_size, 7.0f));
   // A batch that fits only partly fails whole, too.
   const int32_t next = 65;
-  const std::vector<StepInput> mixed = {{a, {&next, 1}}, {b, p}};
+  const std::vector<cache::BatchItem> mixed = {{a, {&next, 1}, 10}, {b, p}};
   std::vector<float> two(2 * c.vocab_size);
   EXPECT_EQ(runner_->step(mixed, two).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(runner_->position(a), 10);
@@ -140,16 +141,20 @@ TEST_P(RunnerTest, BadInputIsAnErrorNotACrash) {
   std::vector<float> logits(v), two(2 * v);
   const cache::SeqId a = *runner_->start(fpa_);
   const int32_t bad[] = {256, 400};
-  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, bad}}, logits).code(),
+  EXPECT_EQ(runner_->step(std::vector<cache::BatchItem>{{a, bad}}, logits).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, {}}}, logits).code(),
+  EXPECT_EQ(runner_->step(std::vector<cache::BatchItem>{{a, {}}}, logits).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a + 100, bad}}, logits).code(),
+  EXPECT_EQ(runner_->step(std::vector<cache::BatchItem>{{a + 100, bad}}, logits).code(),
             absl::StatusCode::kNotFound);
   const int32_t ok[] = {256, 65};
-  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, ok}, {a, ok}}, two).code(),
+  EXPECT_EQ(runner_->step(std::vector<cache::BatchItem>{{a, ok}, {a, ok}}, two).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(runner_->step(std::vector<StepInput>{{a, ok}}, std::span(logits).first(3)).code(),
+  EXPECT_EQ(
+      runner_->step(std::vector<cache::BatchItem>{{a, ok}}, std::span(logits).first(3)).code(),
+      absl::StatusCode::kInvalidArgument);
+  // An item must continue where its sequence stopped (the runner's check, before any backend's).
+  EXPECT_EQ(runner_->step(std::vector<cache::BatchItem>{{a, ok, 3}}, logits).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(runner_->position(a), 0);
   EXPECT_FALSE(runner_->generate({}, {}, 4, fpa_).ok());
@@ -172,10 +177,12 @@ TEST_P(RunnerTest, HeuristicPoliciesKeepTheirBudget) {
     std::vector<float> logits(model_->config().vocab_size);
     for (int at = 0; at < 64; at += 16) {
       ASSERT_TRUE(
-          runner_->step(std::vector<StepInput>{{s, std::span(p).subspan(at, 16)}}, logits).ok());
+          runner_
+              ->step(std::vector<cache::BatchItem>{{s, std::span(p).subspan(at, 16), at}}, logits)
+              .ok());
     }
     const int32_t next = 66;
-    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, {&next, 1}}}, logits).ok());
+    ASSERT_TRUE(runner_->step(std::vector<cache::BatchItem>{{s, {&next, 1}, 64}}, logits).ok());
     const cache::SequenceStats st = cache_->sequence_stats(s);
     EXPECT_EQ(st.length, 65);
     // ceil(0.25 * 65) = 17 keys per stream at most.
@@ -204,10 +211,10 @@ TEST_P(RunnerTest, AttentionMassGrowsOnlyForH2o) {
     const cache::SeqId s = *runner_->start({.policy = policy, .budget_fraction = 0.5f});
     const std::vector<int32_t> p = prompt(40, 7);
     std::vector<float> logits(model_->config().vocab_size);
-    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, p}}, logits).ok());
+    ASSERT_TRUE(runner_->step(std::vector<cache::BatchItem>{{s, p}}, logits).ok());
     const std::map<int32_t, float> before = mass_by_position(*cache_, s);
     const int32_t next = 41;
-    ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, {&next, 1}}}, logits).ok());
+    ASSERT_TRUE(runner_->step(std::vector<cache::BatchItem>{{s, {&next, 1}, 40}}, logits).ok());
     double grown = 0;
     for (const auto& [pos, acc] : mass_by_position(*cache_, s)) {
       if (auto it = before.find(pos); it != before.end()) grown += acc - it->second;
@@ -239,7 +246,9 @@ TEST_P(RunnerTest, SnapKvAndTovaHoldTheBudget) {
     const int32_t next = 7;
     for (int i = 0; i < 6; ++i) steps.push_back({&next, 1});
     for (std::span<const int32_t> tokens : steps) {
-      ASSERT_TRUE(runner_->step(std::vector<StepInput>{{s, tokens}}, logits).ok());
+      ASSERT_TRUE(
+          runner_->step(std::vector<cache::BatchItem>{{s, tokens, runner_->position(s)}}, logits)
+              .ok());
       const int64_t length = cache_->length(s);
       const bool whole = policy == cache::Policy::kSnapKV && length < 40;
       const int64_t keep = whole ? length : std::max<int64_t>(8, (length + 1) / 2);
@@ -310,7 +319,9 @@ std::vector<float> generate(const Model& model, int steps, CpuWeights weights = 
   std::vector<int32_t> tokens = {256, 7, 99, 3, 42, 42, 5};
   std::vector<float> all, logits(c.vocab_size);
   for (int i = 0; i <= steps; ++i) {
-    EXPECT_TRUE(runner.step(std::vector<StepInput>{{seq, tokens}}, logits).ok());
+    EXPECT_TRUE(
+        runner.step(std::vector<cache::BatchItem>{{seq, tokens, runner.position(seq)}}, logits)
+            .ok());
     all.insert(all.end(), logits.begin(), logits.end());
     tokens = {
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};

@@ -118,6 +118,35 @@ TEST(Sampler, LogitBiasAndMinTokens) {
   EXPECT_EQ(s.sample(logits), 2);
 }
 
+TEST(Sampler, AllowedTokenIdsAreTheOnlyOnesSampled) {
+  const std::vector<float> logits = {9.0f, 1.0f, 3.0f, 2.0f};
+  Sampler greedy({.rules = {.allowed_ids = {1, 3}}});
+  EXPECT_EQ(greedy.sample(logits), 3);
+  const auto h = histogram({.temperature = 5.0f, .rules = {.allowed_ids = {1, 3}}}, logits, 400);
+  EXPECT_EQ(h.count(0) + h.count(2), 0u);
+  EXPECT_GT(h.at(1), 0);
+}
+
+// vLLM's rule: a word of one id is never sampled; the last id of a longer one is masked only
+// right after the output has produced the ids before it.
+TEST(Sampler, BadWordsMaskTheIdThatWouldCompleteThem) {
+  Sampler single({.rules = {.bad_words = {{0}}}});
+  EXPECT_EQ(single.sample(std::vector<float>{5.0f, 1.0f}), 1);
+  Sampler s({.rules = {.bad_words = {{1, 2}}}});
+  EXPECT_EQ(s.sample(std::vector<float>{0.0f, 9.0f, 5.0f}), 1);  // 1 alone is fine
+  EXPECT_EQ(s.sample(std::vector<float>{0.0f, 1.0f, 5.0f}), 1);  // 2 would complete [1, 2]
+  Sampler other({.rules = {.bad_words = {{1, 2}}}});
+  EXPECT_EQ(other.sample(std::vector<float>{9.0f, 1.0f, 5.0f}), 0);
+  EXPECT_EQ(other.sample(std::vector<float>{0.0f, 1.0f, 5.0f}), 2);  // after 0, 2 is fine
+}
+
+TEST(Sampler, ScoreRanksTheTokenAmongTheVocabulary) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f, 2.0f};
+  EXPECT_EQ(score(logits, 1, 0).rank, 1);
+  EXPECT_EQ(score(logits, 2, 0).rank, 3);
+  EXPECT_EQ(score(logits, 0, 0).rank, 4);
+}
+
 // Reported log-probabilities are the model's, before penalties and bias, as vLLM's.
 TEST(Sampler, TopLogprobsAreTheLikeliestUnderTheModel) {
   Sampler s({.top_logprobs = 2, .rules = {.logit_bias = {{0, 10.0f}}}});

@@ -88,13 +88,14 @@ cleanup_root() {
 }
 
 # in_root CMD...: CMD in the clone inside the root, with an empty environment but for the
-# paths, CI, and this machine's CA and proxy variables.
+# paths, CI, this machine's CA and proxy variables, and the test lengths (FPA_*_SECONDS).
 in_root() {
   local root=$1; shift
   local env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
              LANG=C.UTF-8 CI=${CI:-} DEBIAN_FRONTEND=noninteractive) name
   for name in $(compgen -e); do
-    [[ "$name" =~ (_proxy|_PROXY|CA_BUNDLE|CA_CERTS|CERT_FILE|CERT_DIR|CAINFO|_CERT)$ ]] &&
+    [[ "$name" =~ (_proxy|_PROXY|CA_BUNDLE|CA_CERTS|CERT_FILE|CERT_DIR|CAINFO|_CERT)$ ||
+       "$name" =~ ^FPA_(FUZZ|SOAK)_SECONDS$ ]] &&
       env+=("$name=${!name}")
   done
   chroot "$root" /usr/bin/env -i "${env[@]}" /bin/bash -c 'cd /root/fpa-serve && exec "$@"' \
@@ -129,16 +130,19 @@ stop_server() {
 
 # deploy/Dockerfile's cpu target with the saved bare root as DEBIAN_IMAGE and
 # DEBIAN_SLIM_IMAGE, then tests/deploy/test_image.py's image tests on the result.
-build_and_run_image() {  # ROOT WORK DEB_CACHE LOG REPO
-  local root=$1 work=$2 debs=$3 log=$4 repo=$5 store=$work/buildah base=localhost/fresh-debian:12 ctr
+build_and_run_image() {  # ROOT WORK CACHE LOG REPO
+  local root=$1 work=$2 cache=$3 log=$4 repo=$5 store=$work/buildah base=localhost/fresh-debian:12 ctr
   local buildah=(buildah --root "$store/storage" --runroot "$store/run" --storage-driver vfs)
   ctr=$("${buildah[@]}" from scratch)
   tar -C "$("${buildah[@]}" mount "$ctr")" -xf "$work/root.tar"
   "${buildah[@]}" commit -q "$ctr" "$base" >/dev/null
   "${buildah[@]}" rm "$ctr" >/dev/null
-  "${buildah[@]}" build --isolation chroot --format docker --target cpu \
+  # TMPDIR: where buildah keeps the Dockerfile's cache mounts (ccache's objects) between runs.
+  mkdir -p "$cache/buildah-tmp"
+  TMPDIR=$cache/buildah-tmp \
+    "${buildah[@]}" build --isolation chroot --format docker --target cpu \
     --build-arg DEBIAN_IMAGE=$base --build-arg DEBIAN_SLIM_IMAGE=$base \
-    --volume "$debs:/var/cache/apt/archives" --tag localhost/fpa-serve:fresh-cpu \
+    --volume "$cache/debs:/var/cache/apt/archives" --tag localhost/fpa-serve:fresh-cpu \
     -f "$root/root/fpa-serve/deploy/Dockerfile" "$root/root/fpa-serve" >"$log" 2>&1 ||
     fail "the image build: $(diagnose "$log")" "$log"
   echo "image built after $((SECONDS - step_start)) s"

@@ -1,6 +1,6 @@
 // A /v1/completions body, and the same bytes as a /v1/chat/completions body -> CompletionRequest
-// -> GenerationParams, the path of every OpenAI request (server/openai_api.cc): the depth check,
-// the JSON parse, the chat template, the field parser and the shared validation. Nothing may
+// -> GenerationParams, the path of every OpenAI request (server/openai/openai_api.cc): the depth
+// check, the JSON parse, the chat template, the field parser and the shared validation. Nothing may
 // crash, recurse without bound, or echo a long client string.
 #include <cstdint>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "server/openai_request.h"
-#include "server/validate.h"
+#include "server/openai/openai_request.h"
+#include "server/request/validate.h"
 
 namespace {
 

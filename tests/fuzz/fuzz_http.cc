@@ -1,5 +1,5 @@
 // Raw bytes from a client -> the HTTP/1.1 reader of every connection
-// (server/http_request_reader.h): the Beast parser with the server's limits, headers, bodies
+// (server/http/http_request_reader.h): the Beast parser with the server's limits, headers, bodies
 // (chunked too), trailers and pipelined requests, read the way http::Connection reads them (the
 // same Beast read operations, on a stream that hands out the input in pieces instead of a
 // socket). Each input is read twice: with the server's limits, and with tight ones that 4 KiB
@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "server/http_request_reader.h"
+#include "server/http/http_request_reader.h"
 
 namespace {
 

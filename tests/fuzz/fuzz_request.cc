@@ -1,6 +1,6 @@
 // Bytes -> GenerateRequest -> GenerationParams, the path every Generate and GenerateStream call
-// takes (server/wire.h decode, then server/validate.h to_params). What passes must be within the
-// limits the scheduler and the cache rely on.
+// takes (server/grpc/wire.h decode, then server/request/validate.h to_params). What passes must be
+// within the limits the scheduler and the cache rely on.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -8,8 +8,8 @@
 #include "cache/policy.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "server/validate.h"
-#include "server/wire.h"
+#include "server/grpc/wire.h"
+#include "server/request/validate.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
@@ -44,6 +44,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [id, bias] : rules.logit_bias) {
     if (id < 0 || id >= limits.vocab_size || !(bias >= -100 && bias <= 100)) std::abort();
   }
+  for (int32_t id : rules.allowed_ids) {
+    if (id < 0 || id >= limits.vocab_size) std::abort();
+  }
+  for (const std::vector<int32_t>& word : rules.bad_words) {  // the sampler reads word.back()
+    if (word.empty()) std::abort();
+  }
+  if (p->prompt_top_logprobs < 0 || p->prompt_top_logprobs > 20) std::abort();
   // Validation lives in one place: the cache must never refuse what the service accepted.
   if (!fpa::cache::validate_policy(p->policy).ok()) std::abort();
   return 0;

@@ -84,7 +84,7 @@ double time_decode(Backend& backend, const std::vector<cache::SeqId>& seqs, cons
                    int vocab, int steps) {
   std::vector<int32_t> tokens(seqs.size(), 'a');
   std::vector<float> logits(seqs.size() * vocab);
-  std::vector<ForwardItem> items(seqs.size());
+  std::vector<cache::BatchItem> items(seqs.size());
   auto step = [&](int s) {
     for (size_t b = 0; b < seqs.size(); ++b) {
       items[b] = {seqs[b], std::span(tokens).subspan(b, 1), c.context + s};

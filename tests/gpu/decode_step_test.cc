@@ -86,11 +86,11 @@ class DecodeStepTest : public ::testing::Test {
   // the step began (the reuse that makes the update order matter).
   int step() {
     const std::vector<int32_t> token{65};
-    std::vector<ForwardItem> items;
+    std::vector<cache::BatchItem> items;
     for (Seq& s : seqs_) items.push_back({s.id, token, s.pos});
     auto layout = plan_batch(items, items.size() * 259, false, kDims);
     EXPECT_TRUE(layout.ok()) << layout.status();
-    for (const ForwardItem& item : items) EXPECT_TRUE(cache_->reserve(item.seq, 1));
+    for (const cache::BatchItem& item : items) EXPECT_TRUE(cache_->reserve(item.seq, 1));
     const KernelInputs in = kernel_inputs(items, views_, *cache_);
     std::vector<float> phi, lvl;
     field(phi, lvl);
@@ -107,7 +107,7 @@ class DecodeStepTest : public ::testing::Test {
       attend(per_layer, in, l, phi);
       per_layer.apply((*changes)[l]);
     }
-    for (const ForwardItem& item : items) cache_->unreserve(item.seq);
+    for (const cache::BatchItem& item : items) cache_->unreserve(item.seq);
     check(per_layer);
     return reused_across_layers(in, *changes);
   }
@@ -217,7 +217,7 @@ TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
   std::mt19937 rng(9);
   add_seq(8, rng);
   const std::vector<int32_t> token{65};
-  const std::vector<ForwardItem> items{{seqs_[0].id, token, 0}};
+  const std::vector<cache::BatchItem> items{{seqs_[0].id, token, 0}};
   auto layout = plan_batch(items, 259, false, kDims);
   ASSERT_TRUE(layout.ok());
   ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
@@ -238,8 +238,8 @@ TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
 
 TEST(DecodeStep, OnlyOneTokenItemsRunWithoutTheHost) {
   const std::vector<int32_t> one{1}, two{1, 2};
-  EXPECT_TRUE(decode_only(std::vector<ForwardItem>{{0, one, 3}, {1, one, 7}}));
-  EXPECT_FALSE(decode_only(std::vector<ForwardItem>{{0, one, 3}, {1, two, 0}}));
+  EXPECT_TRUE(decode_only(std::vector<cache::BatchItem>{{0, one, 3}, {1, one, 7}}));
+  EXPECT_FALSE(decode_only(std::vector<cache::BatchItem>{{0, one, 3}, {1, two, 0}}));
 }
 
 TEST(DecodeStep, FlattenKeepsEachLayersEditsAndShiftsItsRows) {

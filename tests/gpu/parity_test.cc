@@ -102,7 +102,7 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     std::vector<float> logits(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += chunk) {
       const int n = std::min(chunk, T() - at);
-      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(at, n), at};
       ForwardTrace trace{.all_logits = true, .layer_outputs = layers};
       const absl::Status s =
           backend.forward({&item, 1}, std::span(logits).subspan(at * V()), &trace);
@@ -169,7 +169,7 @@ class CudaParityTest : public ::testing::TestWithParam<std::string> {
     std::vector<uint8_t> tied = no_ties();
     std::vector<float> logits(V());
     for (int i = 0; i < T(); ++i) {
-      const ForwardItem item{seq, std::span(tokens_).subspan(i, 1), i};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(i, 1), i};
       ASSERT_TRUE(cuda_->forward({&item, 1}, logits).ok());
       EXPECT_LE(rel_error(logits, std::span(ref).subspan(i * V(), V())), tolerance) << "step " << i;
       const int64_t live = check_live(seq, i, band, tied);
@@ -265,8 +265,8 @@ TEST_P(CudaParityTest, MatchesTheCpuBackend) {
   const cache::SeqId cs = start(*cpu_cache_, cache::Policy::kFpa);
   std::vector<float> gl(V()), cl(V());
   for (int i = 0; i < T(); ++i) {
-    const ForwardItem g{gs, std::span(tokens_).subspan(i, 1), i};
-    const ForwardItem h{cs, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem g{gs, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem h{cs, std::span(tokens_).subspan(i, 1), i};
     ASSERT_TRUE(cuda_->forward({&g, 1}, gl).ok());
     ASSERT_TRUE(cpu_->forward({&h, 1}, cl).ok());
     EXPECT_LE(rel_error(gl, cl), kF32Tolerance) << "step " << i;
@@ -284,14 +284,14 @@ TEST_P(CudaParityTest, AForkGoesOnAsItsSource) {
   std::vector<float> la(V()), lb(V());
   const int half = T() / 2;
   for (int i = 0; i < half; ++i) {
-    const ForwardItem item{a, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem item{a, std::span(tokens_).subspan(i, 1), i};
     ASSERT_TRUE(cuda_->forward({&item, 1}, la).ok());
   }
   const absl::StatusOr<cache::SeqId> b = cache_->fork(a);
   ASSERT_TRUE(b.ok()) << b.status();
   for (int i = half; i < T(); ++i) {
-    const ForwardItem ia{a, std::span(tokens_).subspan(i, 1), i};
-    const ForwardItem ib{*b, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem ia{a, std::span(tokens_).subspan(i, 1), i};
+    const cache::BatchItem ib{*b, std::span(tokens_).subspan(i, 1), i};
     ASSERT_TRUE(cuda_->forward({&ia, 1}, la).ok());
     ASSERT_TRUE(cuda_->forward({&ib, 1}, lb).ok());
     EXPECT_LE(rel_error(lb, la), kF32Tolerance) << "step " << i;
@@ -315,8 +315,8 @@ TEST_P(CudaParityTest, BatchedEqualsSolo) {
   const int chunk = 5;
   std::vector<float> out(3 * static_cast<size_t>(V()));
   for (int i = 0; i < T(); ++i) {
-    std::vector<ForwardItem> items{{a, std::span(tokens_).subspan(i, 1), i},
-                                   {b, std::span(tokens_).subspan(i, 1), i}};
+    std::vector<cache::BatchItem> items{{a, std::span(tokens_).subspan(i, 1), i},
+                                        {b, std::span(tokens_).subspan(i, 1), i}};
     if (i * chunk < T()) {
       const int n = std::min(chunk, T() - i * chunk);
       items.push_back({p, std::span(tokens_).subspan(i * chunk, n), i * chunk});
@@ -347,7 +347,7 @@ TEST_P(CudaParityTest, DecodePathsAgree) {
     std::vector<float> out(static_cast<size_t>(T()) * V());
     for (int at = 0; at < T(); at += at < prompt ? 7 : 1) {
       const int n = at < prompt ? std::min(7, prompt - at) : 1;
-      const ForwardItem item{seq, std::span(tokens_).subspan(at, n), at};
+      const cache::BatchItem item{seq, std::span(tokens_).subspan(at, n), at};
       ASSERT_TRUE(cuda_->forward({&item, 1}, std::span(out).subspan((at + n - 1) * V())).ok());
     }
     logits.push_back(std::vector<float>(out.begin() + prompt * V(), out.end()));
@@ -397,7 +397,7 @@ TEST_P(CudaParityTest, MixedBatchesMatchTheCpuBackend) {
   const std::vector<uint8_t> tied = ties_of_any_step(kF32TieBand);
   const std::vector<std::vector<Piece>> batches = mixed_batches(T());
   for (size_t b = 0; b < batches.size(); ++b) {
-    std::vector<ForwardItem> on_gpu, on_cpu;
+    std::vector<cache::BatchItem> on_gpu, on_cpu;
     size_t rows = 0;
     for (const Piece& p : batches[b]) {
       on_gpu.push_back({gpu_seqs[p.seq], std::span(tokens_).subspan(p.at, p.n), p.at});

@@ -39,7 +39,7 @@ TEST(PlanBatch, LaysOutRowsAndOutputRows) {
   const cache::SeqId a = add(*cache, cache::Policy::kFpa);
   const cache::SeqId b = add(*cache, cache::Policy::kNone);
   const std::vector<int32_t> ta{1, 2, 3}, tb{4};
-  const ForwardItem items[] = {{a, ta, 0}, {b, tb, 5}};
+  const cache::BatchItem items[] = {{a, ta, 0}, {b, tb, 5}};
   auto last = plan_batch(items, 2 * 259, false, kDims);
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->rows, 4);
@@ -57,7 +57,7 @@ TEST(PlanBatch, RejectsBadBatchesWithClearErrors) {
   auto cache = make_cache(2);
   const cache::SeqId a = add(*cache, cache::Policy::kFpa);
   const std::vector<int32_t> ok{1}, empty{}, bad{300};
-  auto check = [&](std::vector<ForwardItem> items, size_t logits, absl::StatusCode code,
+  auto check = [&](std::vector<cache::BatchItem> items, size_t logits, absl::StatusCode code,
                    const char* words) {
     auto r = plan_batch(items, logits, false, kDims);
     ASSERT_FALSE(r.ok());
@@ -87,7 +87,7 @@ TEST(Thresholds, TauOverBetaOnlyWhereFpaCanEvict) {
   const cache::SeqId f = add(*cache, cache::Policy::kFpa, 3.0f);
   const cache::SeqId n = add(*cache, cache::Policy::kNone, 3.0f);
   const std::vector<int32_t> t{1};
-  const ForwardItem items[] = {{f, t, 0}, {n, t, 0}};
+  const cache::BatchItem items[] = {{f, t, 0}, {n, t, 0}};
   const std::vector<float> beta{2.0f, 0.0f};
   EXPECT_EQ(eviction_thresholds(items, beta, *cache), (std::vector<float>{1.5f, kInf, kInf, kInf}));
 }
@@ -208,14 +208,14 @@ class MirrorTest : public ::testing::Test {
 
   // One forward step's bookkeeping for the sequences that still have chunks.
   void step(const std::vector<Seq*>& seqs) {
-    std::vector<ForwardItem> items;
+    std::vector<cache::BatchItem> items;
     for (Seq* s : seqs) {
       const int len = s->chunks[s->next];
       items.push_back({s->id, std::span(s->tokens).subspan(s->pos, len), s->pos});
     }
     auto layout = plan_batch(items, items.size() * 259, false, kDims);
     ASSERT_TRUE(layout.ok()) << layout.status();
-    for (const ForwardItem& item : items) {
+    for (const cache::BatchItem& item : items) {
       ASSERT_TRUE(cache_->reserve(item.seq, static_cast<int>(item.tokens.size())));
     }
     const Rows rows = field_rows(seqs, *layout);
@@ -229,9 +229,9 @@ class MirrorTest : public ::testing::Test {
                         items[i].start_pos, rows.cmin[last * kHeads + h], thr[st]);
       }
     }
-    auto update = cache::apply_layer(*cache_, 0, step_items(items, *layout), beta_, rows.view());
+    auto update = cache::apply_layer(*cache_, 0, items, beta_, rows.view());
     ASSERT_TRUE(update.ok()) << update.status();
-    for (const ForwardItem& item : items) cache_->unreserve(item.seq);
+    for (const cache::BatchItem& item : items) cache_->unreserve(item.seq);
     EXPECT_EQ(cache_->stats().pages_reserved, 0);
     mirror_->apply(*update);
     moves_ += update->moves.size();

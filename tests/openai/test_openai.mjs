@@ -286,6 +286,56 @@ test("echo with logprobs: the prompt's log-probabilities equal a decoding pass",
   assert.ok(text.startsWith(prompt) && text.length > prompt.length, text);
 });
 
+test("allowed_token_ids and bad_words constrain sampling; prompt_logprobs in vLLM's shape",
+     async () => {
+  const body = { model: MODEL_NAME, prompt: "The grass is", max_tokens: 16, temperature: 1,
+                 seed: 3, ignore_eos: true };
+  // Only "a" and "b" (byte ids 97, 98) may come out, sampled at temperature 1.
+  const allowed = (await client.completions.create({ ...body, allowed_token_ids: [97, 98] }))
+    .choices[0].text;
+  assert.match(allowed, /^[ab]{16}$/);
+  // Greedy text, then the same with its own third word banned: it never appears.
+  const greedy = { ...body, temperature: 0, max_tokens: 24 };
+  const plain = (await client.completions.create(greedy)).choices[0].text;
+  const word = plain.match(/[!-~]{2,}/)?.[0];  // printable ASCII: the test model's text is odd
+  assert.ok(word, plain);
+  const banned = (await client.completions.create({ ...greedy, bad_words: [word] }))
+    .choices[0].text;
+  assert.ok(!banned.includes(word), `${word} in ${banned}`);
+  assert.notEqual(banned, plain);
+  // prompt_logprobs: [null, {id: {logprob, rank, decoded_token}}...], the prompt's own token
+  // first, with the requested alternatives; the same numbers as echo's logprobs.
+  const scored = await client.completions.create({
+    ...greedy, max_tokens: 1, prompt_logprobs: 2, logprobs: 2, echo: true,
+  });
+  const pl = scored.choices[0].prompt_logprobs;
+  const ids = (await (await fetch(`${shared.base}/tokenize`, {
+    method: "POST", body: JSON.stringify({ prompt: body.prompt }),
+  })).json()).tokens;
+  assert.equal(pl.length, ids.length);
+  assert.equal(pl[0], null);
+  for (let i = 1; i < ids.length; ++i) {
+    const own = pl[i][String(ids[i])];
+    assert.ok(Math.abs(own.logprob - scored.choices[0].logprobs.token_logprobs[i]) < 1e-6);
+    assert.equal(own.decoded_token, body.prompt[i - 1]);
+    assert.ok(Object.keys(pl[i]).length >= 2 && Object.keys(pl[i]).length <= 3);
+    const ranks = Object.values(pl[i]).map((e) => e.rank);
+    assert.ok(ranks.includes(1) && own.rank >= 1, JSON.stringify(pl[i]));
+  }
+  // Streamed, they come with the first event; beam search is refused by name.
+  const stream = await client.completions.create({
+    ...greedy, max_tokens: 2, prompt_logprobs: 0, stream: true,
+  });
+  const firsts = [];
+  for await (const chunk of stream) firsts.push(chunk.choices[0]?.prompt_logprobs);
+  assert.equal(firsts[0].length, ids.length);
+  assert.ok(firsts.slice(1).every((x) => x === undefined));
+  const err = await client.completions.create({ ...greedy, use_beam_search: true })
+    .then(() => null, (e) => e);
+  assert.equal(err.status, 400);
+  assert.equal(err.param, "use_beam_search");
+});
+
 test("n samples of each prompt: seeded runs reproducible, choices indexed as OpenAI's", async () => {
   const body = { model: MODEL_NAME, prompt: "The sky is", max_tokens: 8, temperature: 1, seed: 7 };
   const three = await client.completions.create({ ...body, n: 3 });
@@ -391,6 +441,10 @@ test("a bad field is a 400 whose error names it", async () => {
     [{ logit_bias: { 65: 101 } }, "logit_bias"],
     [{ logit_bias: { x: 1 } }, "logit_bias"],
     [{ stop_token_ids: "2" }, "stop_token_ids"],
+    [{ allowed_token_ids: [999999] }, "allowed_token_ids"],
+    [{ bad_words: [7] }, "bad_words"],
+    [{ prompt_logprobs: 21 }, "prompt_logprobs"],
+    [{ length_penalty: 0.5 }, "length_penalty"],
   ];
   for (const [extra, field] of cases) {
     const err = await client.completions

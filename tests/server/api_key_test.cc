@@ -1,5 +1,5 @@
 // --api-key's Bearer check.
-#include "server/api_key.h"
+#include "server/http/api_key.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 // chat_to_completion with and without a model's own chat template: the own template's prompt is
 // token ids without an added BOS and no "<|im_end|>" stop; the default keeps ChatML.
-#include "server/chat_template.h"
+#include "server/openai/chat_template.h"
 
 #include "gtest/gtest.h"
 #include "model/model.h"

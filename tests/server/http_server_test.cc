@@ -1,5 +1,5 @@
 // The HTTP core's limits, timeouts and back-off, over real sockets on 127.0.0.1.
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -61,6 +61,8 @@ std::string read_until_close(int fd, std::chrono::milliseconds timeout, bool* re
 }
 
 // Reads one response with a Content-Length body.
+// One response: what arrives up to the end of its body (by Content-Length) and no further, so
+// that a pipelined response sent in the same segment stays in the socket for the next call.
 std::string read_response(int fd) {
   std::string out;
   char buf[4096];
@@ -73,9 +75,18 @@ std::string read_response(int fd) {
     }
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 5000) <= 0) return out;
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_PEEK);
     if (n <= 0) return out;
-    out.append(buf, static_cast<size_t>(n));
+    const std::string seen = out + std::string(buf, static_cast<size_t>(n));
+    size_t take = static_cast<size_t>(n);
+    if (size_t end = seen.find("\r\n\r\n"); end != std::string::npos) {
+      size_t cl = seen.find("Content-Length: ");
+      end += 4 + (cl == std::string::npos || cl > end ? 0 : std::stoul(seen.substr(cl + 16)));
+      if (end > out.size()) take = std::min(take, end - out.size());
+    }
+    const ssize_t got = recv(fd, buf, take, 0);
+    if (got <= 0) return out;
+    out.append(buf, static_cast<size_t>(got));
   }
 }
 

@@ -1,7 +1,7 @@
 // The scheduler under memory pressure, over the real runner, CPU backend and paged cache:
 // preempted requests continue exactly where they stopped, requests too large for the pool are
 // refused instead of hanging, and a storm of preemptions and cancellations leaves no page behind.
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@ import json
 import random
 import socket
 
-# HTTP status -> the code /metrics counts (server/openai_request.cc's api_error, inverted).
+# HTTP status -> the code /metrics counts (server/openai/openai_request.cc's api_error, inverted).
 CODES = {200: "OK", 400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE",
          504: "DEADLINE_EXCEEDED"}
 ACTIONS = ["http", "http_stream", "http_vanish", "http_pipeline"]

@@ -1,5 +1,5 @@
 // Stop strings: where the scheduler sees one, and what text the HTTP API lets through.
-#include "server/stop_strings.h"
+#include "server/request/stop_strings.h"
 
 #include <string>
 #include <vector>

@@ -39,6 +39,12 @@ BAD = [
     ("bias id out of vocab", dict(logit_bias={300: 1.0}), "logit_bias"),
     ("bias 101", dict(logit_bias={65: 101.0}), "logit_bias"),
     ("top_logprobs 21", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
+    ("allowed id out of vocab", dict(allowed_token_ids=[65, 259]), "allowed_token_ids"),
+    ("negative allowed id", dict(allowed_token_ids=[-1]), "allowed_token_ids"),
+    ("empty bad word", dict(bad_words=["  "]), "bad_words"),
+    ("65 bad words", dict(bad_words=["w%d" % i for i in range(65)]), "bad_words"),
+    ("prompt_top_logprobs 21", dict(prompt_logprobs=True, prompt_top_logprobs=21),
+     "prompt_top_logprobs"),
 ]
 
 
