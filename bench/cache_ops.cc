@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/stream_access.h"
 
 namespace fpa::cache {
 namespace {
@@ -33,8 +34,9 @@ void BM_FpaStep(benchmark::State& state) {
   int64_t evicted = 0;
   for (auto _ : state) {
     const float phi = -static_cast<float>(pos);
-    evicted += cache->evict_for_step(seq, 0, 0, phi, 1.0f, pos);
-    benchmark::DoNotOptimize(cache->insert(seq, 0, 0, pos, phi, kv.data(), kv.data()));
+    evicted += StreamAccess(*cache).evict_for_step(seq, 0, 0, phi, 1.0f, pos);
+    benchmark::DoNotOptimize(
+        StreamAccess(*cache).insert(seq, 0, 0, pos, phi, kv.data(), kv.data()));
     ++pos;
   }
   state.counters["live"] = static_cast<double>(cache->stats().live_slots);
@@ -53,8 +55,8 @@ void BM_BudgetStep(benchmark::State& state, Policy policy) {
   const std::vector<float> kv(kShape.head_dim, 1.0f);
   int32_t pos = 0;
   for (auto _ : state) {
-    cache->evict_for_step(seq, 0, 0, 0.0f, 1.0f, pos);
-    const auto ref = cache->insert(seq, 0, 0, pos, 0.0f, kv.data(), kv.data());
+    StreamAccess(*cache).evict_for_step(seq, 0, 0, 0.0f, 1.0f, pos);
+    const auto ref = StreamAccess(*cache).insert(seq, 0, 0, pos, 0.0f, kv.data(), kv.data());
     // What the kernel would add to the new key's attention mass (h2o ranks by it).
     cache->page(ref->page).acc[ref->slot] += static_cast<float>(pos % 7);
     ++pos;

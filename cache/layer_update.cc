@@ -9,6 +9,9 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+}  // namespace
+
+// The one place a step's stream edits are made (StreamEditor names it its friend).
 class LayerWriter {
  public:
   LayerWriter(KvCache& cache, int layer, const LayerRows& rows, LayerChanges& out)
@@ -80,6 +83,11 @@ class LayerWriter {
     return cache_.evict_for_chunk(item.seq, layer_, head, lowest, beta, item.start_pos + len - 1);
   }
 
+  // The walk's value at the item's last row, where the next step continues it.
+  void keep_phi(const BatchItem& item, int last_row, int head) {
+    cache_.set_last_phi(item.seq, layer_, head, at(rows_.phi, last_row, head));
+  }
+
   void compact(SeqId seq, int head) {
     const int slots = cache_.shape().page_slots;
     cache_.compact(seq, layer_, head, [&](SlotRef from, SlotRef to) {
@@ -94,8 +102,6 @@ class LayerWriter {
   LayerChanges& out_;
   std::vector<float> suffix_;
 };
-
-}  // namespace
 
 absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
                                          std::span<const BatchItem> items,
@@ -113,7 +119,7 @@ absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
       if (!evicted.ok()) return evicted.status();
       out.evicted += *evicted;
       if (*evicted > 0) shrunk.emplace_back(item.seq, h);
-      cache.set_last_phi(item.seq, layer, h, writer.at(rows.phi, row0 + len - 1, h));
+      writer.keep_phi(item, row0 + len - 1, h);
     }
     row0 += len;
   }

@@ -133,10 +133,14 @@ class PagedKvCache final : public KvCache {
       release(*copy);
       return copied;
     }
+    if (fork_listener_) fork_listener_(id, *copy);
     return *copy;
   }
 
   void attach_device(DevicePool* device) override { device_ = device; }
+  void on_fork(std::function<void(SeqId from, SeqId to)> listener) override {
+    fork_listener_ = std::move(listener);
+  }
 
   void release(SeqId id) override {
     std::unique_ptr<Sequence> seq;
@@ -383,6 +387,7 @@ class PagedKvCache final : public KvCache {
   const CacheShape shape_;
   std::unique_ptr<PageTable> table_;
   DevicePool* device_ = nullptr;  // where the keys live without host storage
+  std::function<void(SeqId from, SeqId to)> fork_listener_;
   mutable std::shared_mutex mu_;  // guards sequences_ (the map, not the sequences' streams)
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;
   SeqId next_id_ = 1;

@@ -78,19 +78,19 @@ void PrefixCache::forget(std::span<const int32_t> tokens, const PolicyConfig& po
   if (Node* n = find(tokens, policy, /*exact=*/true)) drop(n);
 }
 
-bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
+// Room first, the branch after: reclaiming may drop a longer state on this very path and prune
+// its branch, so no node of `tokens` may exist while snapshots are dropped.
+bool PrefixCache::place(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy,
+                        int64_t need, absl::FunctionRef<absl::StatusOr<SeqId>(SeqId)> make) {
   if (tokens.empty() || max_pages_ <= 0) return false;
   if (Node* cached = find(tokens, policy, /*exact=*/true)) {  // in use again
     touch(cached);
     return true;
   }
-  // Room first, the branch after: reclaiming may drop a longer state on this very path and
-  // prune its branch, so no node of `tokens` may exist while snapshots are dropped.
-  const int64_t need = cache_.pages_to_fork(seq);
   while (pages_ + need > max_pages_ && reclaim_one()) {
   }
   if (pages_ + need > max_pages_) return false;
-  absl::StatusOr<SeqId> snapshot = cache_.fork(seq);
+  absl::StatusOr<SeqId> snapshot = make(seq);
   if (!snapshot.ok()) return false;
   Node* n = insert(tokens, policy);
   n->snapshot = *snapshot;
@@ -101,6 +101,22 @@ bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const Policy
   full_keys_ += n->full_keys;
   ++snapshots_;
   return true;
+}
+
+bool PrefixCache::offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
+  return place(seq, tokens, policy, cache_.pages_to_fork(seq),
+               [this](SeqId s) { return cache_.fork(s); });
+}
+
+bool PrefixCache::adopt(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy) {
+  bool adopted = false;
+  const bool cached = place(seq, tokens, policy, cache_.sequence_stats(seq).pages,
+                            [&adopted](SeqId s) -> absl::StatusOr<SeqId> {
+                              adopted = true;
+                              return s;
+                            });
+  if (!adopted) cache_.release(seq);
+  return cached;
 }
 
 // The node of exactly `tokens` in `policy`'s tree, made (splitting an edge where the tokens

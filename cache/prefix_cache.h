@@ -1,8 +1,9 @@
 // The compressed prefix cache: the state of a sequence after a token prefix, kept for the next
 // request that starts with it (a conversation's next turn, a shared system prompt). The state of
 // an FPA sequence after a prefix is fully determined by the prefix and small: its live keys with
-// their levels and minima, and each stream's last field value. A snapshot is a fork of the
-// sequence (KvCache::fork) that never runs; a hit forks it again into the new request's sequence.
+// their levels and minima, and each stream's last field value. A snapshot is a sequence that
+// never runs: a finished request's own sequence (adopt: no copy), or a fork of a running one
+// (offer); a hit forks it into the new request's sequence.
 // Copying rather than sharing pages: a key's running minimum m (and h2o's mass) keeps changing in
 // every sequence that goes on from the prefix, so shared pages would need copy-on-write of m on
 // every step; a copy costs one pass over the live keys, which FPA keeps few. With copies no
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "cache/kv_cache.h"
 
 namespace fpa::cache {
@@ -60,6 +62,10 @@ class PrefixCache {
   // prefix is cached already, after dropping least recently used snapshots to stay within the
   // share; skipped when it cannot fit. True when the state is cached afterwards.
   bool offer(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // As offer, for a sequence that will not run again: it becomes the snapshot itself (no copy,
+  // no extra pages), or is released when that prefix is cached already or cannot fit the share.
+  // Either way the cache owns `seq` afterwards.
+  bool adopt(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy);
   // Drops the snapshot of exactly `tokens`, if any (a longer state superseded it).
   void forget(std::span<const int32_t> tokens, const PolicyConfig& policy);
   // Drops the least recently used snapshot; false when there is none. The planner calls it
@@ -75,6 +81,9 @@ class PrefixCache {
   struct Node;
   Node* find(std::span<const int32_t> tokens, const PolicyConfig& policy, bool exact);
   Node* insert(std::span<const int32_t> tokens, const PolicyConfig& policy);
+  // offer and adopt: `make` turns `seq` into the snapshot (a fork, or `seq` itself).
+  bool place(SeqId seq, std::span<const int32_t> tokens, const PolicyConfig& policy, int64_t need,
+             absl::FunctionRef<absl::StatusOr<SeqId>(SeqId)> make);
   void touch(Node* node);  // most recently used now
   void drop(Node* node);
 

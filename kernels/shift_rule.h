@@ -14,15 +14,15 @@
 namespace fpa {
 
 // Whether `item` may run, its sequence's rows standing at `next_pos` (none: the backend holds no
-// rows for it, as after a fork or a prefix-cache hit).
+// rows for it: on the CUDA backend after a fork or a prefix-cache hit, whose shift rows the CPU
+// backend's forks carry and the CUDA backend's do not yet).
 inline absl::Status check_shift_continues(const cache::BatchItem& item,
                                           std::optional<int32_t> next_pos) {
   if (item.start_pos == 0 || next_pos == item.start_pos) return absl::OkStatus();
-  // TODO(issue 25): carry the shift rows with forks and prefix-cache entries.
-  return absl::FailedPreconditionError(absl::StrCat(
-      "forward: sequence ", item.seq, " starts at position ", item.start_pos,
-      " without the key/value shift state of the position before (a fork or a prefix-cache hit, "
-      "which FoX Pro's shift does not support yet)"));
+  // TODO(issue 25): the CUDA backend's shift slots carried with forks, as the CPU's rows are.
+  return absl::FailedPreconditionError(
+      absl::StrCat("forward: sequence ", item.seq, " starts at position ", item.start_pos,
+                   " without the key/value shift state of the position before"));
 }
 
 }  // namespace fpa

@@ -129,13 +129,13 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
-// Whether the model can use the prefix cache the flags ask for.
-absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config) {
-  // TODO(issue 25): carry FoX Pro's key/value shift rows with prefix-cache entries.
-  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0) {
+// Whether the model can use the prefix cache the flags ask for on the backend chosen.
+absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config, bool use_cuda) {
+  // TODO(issue 25): carry the CUDA backend's shift slots with forks, as the CPU backend's rows.
+  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0 && use_cuda) {
     return absl::InvalidArgumentError(
         "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
-        "with the prefix cache yet; leave it at 0");
+        "with the prefix cache on the cuda backend yet; leave it at 0 or use --backend cpu");
   }
   return absl::OkStatus();
 }
@@ -150,7 +150,7 @@ int serve(const ServeOptions& o) {
   const Model& model = *loaded->model;
   const CpuFormats& formats = loaded->formats;
   const ModelConfig& config = model.config();
-  if (const absl::Status st = check_prefix_cache(o, config); !st.ok()) {
+  if (const absl::Status st = check_prefix_cache(o, config, use_cuda); !st.ok()) {
     std::cerr << "fpa-serve: " << st.message() << "\n";
     return 1;
   }

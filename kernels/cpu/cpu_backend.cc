@@ -45,6 +45,13 @@ class CpuBackend : public Backend {
         shift_(c_.n_layers, c_.n_heads * c_.head_dim) {
     if (weights == CpuWeights::kBf16) pack_weights(bf16_);
     if (weights == CpuWeights::kInt8) pack_weights(int8_);
+    // A fork (a prefix-cache snapshot or hit) goes on from its source's shift rows.
+    if (c_.k_shift || c_.v_shift) {
+      cache_.on_fork([this](cache::SeqId from, cache::SeqId to) { shift_.copy(from, to); });
+    }
+  }
+  ~CpuBackend() override {
+    if (c_.k_shift || c_.v_shift) cache_.on_fork({});
   }
 
   std::string_view name() const override {

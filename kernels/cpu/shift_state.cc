@@ -9,7 +9,7 @@
 namespace fpa::cpu {
 
 absl::Status ShiftStates::begin(std::span<const cache::BatchItem> items,
-                                const cache::KvCache& cache) {
+                                const cache::KvView& cache) {
   absl::erase_if(states_, [&](const auto& entry) { return !cache.contains(entry.first); });
   for (const cache::BatchItem& it : items) {
     if (it.start_pos == 0) {
@@ -27,6 +27,13 @@ void ShiftStates::end(std::span<const cache::BatchItem> items) {
   for (const cache::BatchItem& it : items) {
     states_[it.seq].next_pos = it.start_pos + static_cast<int32_t>(it.tokens.size());
   }
+}
+
+void ShiftStates::copy(cache::SeqId from, cache::SeqId to) {
+  auto found = states_.find(from);
+  if (found == states_.end()) return;
+  State rows = found->second;  // inserting `to` may move `from`
+  states_[to] = std::move(rows);
 }
 
 void ShiftStates::apply(cache::SeqId seq, int layer, int which, const float* a, int n_heads,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/device_pool.h"
 #include "cache/layer_update.h"
+#include "cache/stream_access.h"
 #include "kernels/cuda/decode_step.h"
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
@@ -678,13 +679,13 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
         const int32_t pos = start_pos + key.offset;
         const size_t before = cache_.pages(seq, l, h).size();
         absl::StatusOr<cache::SlotRef> slot =
-            cache_.insert(seq, l, h, pos, key.lvl, nullptr, nullptr, key.m);
+            cache::StreamAccess(cache_).insert(seq, l, h, pos, key.lvl, nullptr, nullptr, key.m);
         if (!slot.ok()) return slot.status();
         if (cache_.pages(seq, l, h).size() > before) u.reset_pages.push_back(slot->page);
         u.writes.push_back(
             cuda::KeyWrite{slot->page * page_slots + slot->slot, 0, h, pos, key.lvl, key.m});
       }
-      cache_.set_last_phi(seq, l, h, phi0 + phi_step * n_tokens);
+      cache::StreamAccess(cache_).set_last_phi(seq, l, h, phi0 + phi_step * n_tokens);
     }
   }
   FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));

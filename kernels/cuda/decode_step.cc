@@ -12,7 +12,7 @@ bool decode_only(std::span<const cache::BatchItem> items) {
 }
 
 void append_kernel_inputs(std::span<const cache::BatchItem> items, int layer,
-                          std::span<const float> beta, const cache::KvCache& cache,
+                          std::span<const float> beta, const cache::KvView& cache,
                           KernelInputs& in) {
   const int n_heads = static_cast<int>(beta.size());
   for (const cache::BatchItem& item : items) {
@@ -31,7 +31,7 @@ void append_kernel_inputs(std::span<const cache::BatchItem> items, int layer,
 
 KernelInputs kernel_inputs(std::span<const cache::BatchItem> items,
                            std::span<const std::span<const float>> betas,
-                           const cache::KvCache& cache) {
+                           const cache::KvView& cache) {
   KernelInputs in;
   for (int l = 0; l < static_cast<int>(betas.size()); ++l) {
     append_kernel_inputs(items, l, betas[l], cache, in);

@@ -36,12 +36,12 @@ struct KernelInputs {
 };
 // Appends the block of layer `layer`, whose heads' penalty scales are `beta`.
 void append_kernel_inputs(std::span<const cache::BatchItem> items, int layer,
-                          std::span<const float> beta, const cache::KvCache& cache,
+                          std::span<const float> beta, const cache::KvView& cache,
                           KernelInputs& in);
 // Every layer's block, `betas[l]` being layer l's.
 KernelInputs kernel_inputs(std::span<const cache::BatchItem> items,
                            std::span<const std::span<const float>> betas,
-                           const cache::KvCache& cache);
+                           const cache::KvView& cache);
 
 // The field rows the device computed: [layers][rows][heads] blocks.
 struct DecodeField {

@@ -71,7 +71,7 @@ absl::StatusOr<BatchLayout> plan_batch(std::span<const cache::BatchItem> items, 
 }
 
 std::vector<float> eviction_thresholds(std::span<const cache::BatchItem> items,
-                                       std::span<const float> beta, const cache::KvCache& cache) {
+                                       std::span<const float> beta, const cache::KvView& cache) {
   std::vector<float> thr;
   thr.reserve(items.size() * beta.size());
   for (const cache::BatchItem& item : items) {
@@ -81,7 +81,7 @@ std::vector<float> eviction_thresholds(std::span<const cache::BatchItem> items,
 }
 
 PageTables snapshot_page_tables(std::span<const cache::BatchItem> items, int layer, int n_heads,
-                                const cache::KvCache& cache) {
+                                const cache::KvView& cache) {
   PageTables tables;
   for (const cache::BatchItem& item : items) {
     for (int h = 0; h < n_heads; ++h) {

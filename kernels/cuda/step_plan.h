@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cache/kv_cache.h"
+#include "cache/kv_view.h"
 #include "cache/layer_update.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/tiles.h"
@@ -45,7 +45,7 @@ absl::StatusOr<BatchLayout> plan_batch(std::span<const cache::BatchItem> items, 
 
 // The threshold per (item, head) the kernels exclude keys at, as the cache's policy says.
 std::vector<float> eviction_thresholds(std::span<const cache::BatchItem> items,
-                                       std::span<const float> beta, const cache::KvCache& cache);
+                                       std::span<const float> beta, const cache::KvView& cache);
 
 // The streams' current page lists, flattened: stream (item, head) owns
 // ids[offset[s] .. offset[s] + count[s]).
@@ -54,7 +54,7 @@ struct PageTables {
   int max_count = 0;
 };
 PageTables snapshot_page_tables(std::span<const cache::BatchItem> items, int layer, int n_heads,
-                                const cache::KvCache& cache);
+                                const cache::KvView& cache);
 
 // The first row of every kChunkTile-row tile of the items longer than one token (the prompt
 // chunks), tiles aligned to each item's first row: the tensor-core prefill's work list.

@@ -1,6 +1,6 @@
 // The model runner: steps a batch of sequences through a backend, one prompt chunk or one decode
 // token each. The scheduler (server/) drives it; it never blocks on anything but compute. A
-// sequence's position is the cache's (KvCache::length): nothing here keeps a second record.
+// sequence's position is the cache's (KvView::length): nothing here keeps a second record.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,10 @@ class ModelRunner {
   cache::KvCache& cache() { return cache_; }
   std::string_view backend_name() const { return backend_->name(); }
 
+  // Whether the backend runs `policy` (InvalidArgument or Unimplemented naming why not).
+  absl::Status check_policy(const cache::PolicyConfig& policy) const {
+    return backend_->check_policy(policy);
+  }
   absl::StatusOr<cache::SeqId> start(const cache::PolicyConfig& policy);
   // The planner's call before a step (KvCache::reserve): false when the pool cannot promise the
   // pages appending n_tokens to `seq` may take; the caller preempts or defers it.

@@ -27,12 +27,6 @@ absl::Status interruption(const Request& r, Clock::time_point now) {
   return absl::CancelledError("cancelled by the client");
 }
 
-// Pages a new sequence's first `tokens` keys take: every stream opens its own pages.
-int64_t pages_for_new(const cache::CacheShape& s, int64_t tokens) {
-  const int64_t per_stream = (tokens + s.page_slots - 1) / s.page_slots;
-  return int64_t{s.n_layers} * s.n_heads * per_stream;
-}
-
 // The sampler's rules with the ids min_tokens holds back: EOS (unless ignored), stop ids.
 SamplingParams sampling_of(const GenerationParams& p, int32_t eos) {
   SamplingParams s = p.sampling;
@@ -48,7 +42,8 @@ SamplingParams sampling_of(const GenerationParams& p, int32_t eos) {
 struct Scheduler::Active {
   Active(std::shared_ptr<Request> r, const Tokenizer& tokenizer, int32_t eos)
       : req(std::move(r)),
-        chunks_replay_decode(cache::chunks_replay_decode(req->params.policy)),
+        kv(req->params.policy, static_cast<int64_t>(req->params.prompt.size()),
+           req->params.max_new_tokens),
         context(req->params.prompt),
         sampler(sampling_of(req->params, eos), req->params.prompt),
         text(tokenizer) {}
@@ -65,16 +60,18 @@ struct Scheduler::Active {
   size_t next_tokens(size_t chunk) const {
     return static_cast<size_t>(cache::next_step_tokens(
         static_cast<int64_t>(prompt_size()), static_cast<int64_t>(target()),
-        static_cast<int64_t>(cached), static_cast<int64_t>(chunk), chunks_replay_decode));
+        static_cast<int64_t>(cached), static_cast<int64_t>(chunk), kv.replay_chunks));
+  }
+  // The KV manager judges admission by each request's next step: kept current through this.
+  int64_t refresh_next(size_t chunk) {
+    return kv.next_tokens = static_cast<int64_t>(next_tokens(chunk));
   }
 
   std::shared_ptr<Request> req;
-  const bool chunks_replay_decode;  // cache::chunks_replay_decode of its policy
-  cache::SeqId seq = -1;
+  cache::KvRequest kv;           // its memory, as the KV manager tracks it
   std::vector<int32_t> context;  // the prompt, then every generated token
   size_t cached = 0;             // tokens of context in the cache
   size_t high_water = 0;         // most tokens ever cached: below it, prefill is recomputation
-  int64_t high_water_pages = 0;  // most pages its sequence held when it was preempted
   int generated = 0;
   int preemptions = 0;
   int64_t recomputed = 0;
@@ -97,44 +94,31 @@ struct Scheduler::Plan {
 };
 
 Scheduler::Scheduler(ModelRunner& runner, SchedulerOptions options, ServerMetrics* metrics)
-    : runner_(runner), options_(std::move(options)), metrics_(metrics) {
-  if (options_.prefix_cache_share > 0) {
-    const auto pages = static_cast<int64_t>(
-        options_.prefix_cache_share * static_cast<double>(runner_.cache().stats().pages_total));
-    prefix_ = std::make_unique<cache::PrefixCache>(runner_.cache(), pages);
-    // The scheduler owns the prefix cache, so it alone says how long a scrape may read it.
-    if (metrics_ != nullptr) metrics_->watch_prefix_cache(prefix_.get());
+    : runner_(runner),
+      options_(std::move(options)),
+      metrics_(metrics),
+      kv_(runner_.cache(), {.watermark = options_.watermark,
+                            .prefix_cache_share = options_.prefix_cache_share,
+                            .pool_flag = options_.pool_flag}) {
+  // The scheduler owns the KV manager, so it alone says how long a scrape may read its prefixes.
+  if (kv_.prefix_cache() != nullptr && metrics_ != nullptr) {
+    metrics_->watch_prefix_cache(kv_.prefix_cache());
   }
 }
 
 Scheduler::~Scheduler() {
   if (thread_.joinable()) drain(std::chrono::seconds(0));
-  if (prefix_ && metrics_ != nullptr) metrics_->watch_prefix_cache(nullptr);
+  if (kv_.prefix_cache() != nullptr && metrics_ != nullptr) metrics_->watch_prefix_cache(nullptr);
 }
 
 void Scheduler::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-// Known at submission under `none`, whose need is exact: the whole sequence must fit the empty
-// pool. Under the other policies eviction decides, and the planner finds out as it goes.
-absl::Status Scheduler::check_fits_alone(const GenerationParams& p) const {
-  const cache::KvCache& cache = runner_.cache();
-  const int64_t total = cache.stats().pages_total;
-  const int64_t keys = static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens - 1;
-  if (p.policy.policy == cache::Policy::kNone && pages_for_new(cache.shape(), keys) > total) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("max_new_tokens: with eviction_policy none, ", keys, " cached tokens need ",
-                     pages_for_new(cache.shape(), keys), " KV cache pages, the whole pool has ",
-                     total, " (", options_.pool_flag, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Scheduler::submit(std::shared_ptr<Request> request) {
-  if (absl::Status st = check_fits_alone(request->params); !st.ok()) return st;
   auto active = std::make_unique<Active>(std::move(request), runner_.model().tokenizer(),
                                          runner_.model().config().eos_id);
+  if (absl::Status st = kv_.check_fits_alone(active->kv); !st.ok()) return st;
   std::lock_guard lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is shutting down");
   // Requests the batch can take at the next iteration do not count as queued.
@@ -213,67 +197,31 @@ void Scheduler::loop() {
   }
   n_running_ = 0;
   if (metrics_ != nullptr) metrics_->set_queue(0, 0);
-  if (prefix_) prefix_->flush();
+  kv_.flush();
   std::lock_guard lock(mu_);
   exited_ = true;
   done_.notify_all();
 }
 
-// Pages a request may still take before admission can count on them: under `none`, whose need
-// is exact, every page up to its last token; under the others, where eviction decides, its next
-// step's worst case.
-int64_t Scheduler::pages_ahead(const Active& a) const {
-  const cache::KvCache& cache = runner_.cache();
-  const GenerationParams& p = a.req->params;
-  if (p.policy.policy == cache::Policy::kNone) {
-    const int64_t keys = static_cast<int64_t>(p.prompt.size()) + p.max_new_tokens - 1;
-    const int64_t held = a.seq >= 0 ? cache.sequence_stats(a.seq).pages : 0;
-    return std::max<int64_t>(0, pages_for_new(cache.shape(), keys) - held);
-  }
-  const auto next = static_cast<int>(a.next_tokens(options_.prefill_chunk));
-  return a.seq >= 0 ? cache.pages_needed(a.seq, next) : pages_for_new(cache.shape(), next);
-}
-
-// Whether a waiting request fits beside what the running ones may still take, with the
-// watermark left free for them to grow into (cache::admits, which holds a preempted request back
-// until what it held fits again). An empty batch takes the head of the queue regardless: alone,
-// the planner shrinks its chunks to the pool, or it fails.
-bool Scheduler::fits_beside_running(const Active& a) const {
-  if (running_.empty()) return true;
-  const cache::KvCache& cache = runner_.cache();
-  const cache::CacheShape& shape = cache.shape();
-  cache::Admission q{
-      .ahead_pages = pages_ahead(a),
-      .high_water_pages = a.high_water_pages,
-      .streams = int64_t{shape.n_layers} * shape.n_heads,
-      .watermark =
-          static_cast<int64_t>(options_.watermark * static_cast<double>(cache.stats().pages_total)),
-      .free_pages = cache.free_pages(),
-      .reclaimable_pages = prefix_ ? prefix_->stats().pages : 0,
-  };
-  for (const auto& r : running_) q.running_ahead += pages_ahead(*r);
-  return cache::admits(q);
-}
-
 void Scheduler::admit() {
+  for (auto& r : running_) r->refresh_next(options_.prefill_chunk);
   for (;;) {
     std::unique_ptr<Active> a;
     {
       std::lock_guard lock(mu_);
-      if (waiting_.empty() || static_cast<int>(running_.size()) >= options_.max_batch ||
-          !fits_beside_running(*waiting_.front())) {
-        break;
-      }
+      if (waiting_.empty() || static_cast<int>(running_.size()) >= options_.max_batch) break;
+      Active& next = *waiting_.front();
+      next.refresh_next(options_.prefill_chunk);
+      if (!kv_.can_admit(next.kv)) break;
       a = std::move(waiting_.front());
       waiting_.pop_front();
       n_waiting_ = static_cast<int>(waiting_.size());
     }
-    absl::StatusOr<cache::SeqId> seq = start_sequence(*a);
-    if (!seq.ok()) {
-      complete(*a, seq.status());
+    if (absl::Status st = start_sequence(*a); !st.ok()) {
+      complete(*a, st);
       continue;
     }
-    a->seq = *seq;
+    a->refresh_next(options_.prefill_chunk);
     if (a->admitted == Clock::time_point{}) a->admitted = Clock::now();
     // In order of first admission, so that a readmitted request is older than those admitted
     // since, and the next victim is the newest arrival rather than the one just recomputed.
@@ -284,41 +232,22 @@ void Scheduler::admit() {
   n_running_ = static_cast<int>(running_.size());
 }
 
-// A sequence from the longest cached prefix of what the request must prefill (strictly shorter
-// than a fresh prompt, whose last token's logits are needed), else an empty one. Where chunks do
-// not replay decode, a state equals a cold run's only if built by the same prompt chunks: such a
-// request resumes from its own prompt's state and takes no other.
-// TODO(issue 23): snapshots at chunk boundaries would let those rules share prompt prefixes.
-absl::StatusOr<cache::SeqId> Scheduler::start_sequence(Active& a) {
+// Its sequence from the KV manager, from the longest cached prefix that serves it. A prompt being
+// scored is prefilled whole: a cached prefix has no logits.
+absl::Status Scheduler::start_sequence(Active& a) {
+  if (absl::Status st = runner_.check_policy(a.kv.policy); !st.ok()) return st;
   const bool resume = a.generated > 0;
-  // A prompt being scored is prefilled whole: a cached prefix has no logits.
-  const bool scoring = a.req->params.prompt_logprobs && !resume;
-  if (prefix_ && !scoring && (a.chunks_replay_decode || resume)) {
-    const size_t limit = !resume                  ? a.prompt_size() - 1
-                         : a.chunks_replay_decode ? a.target()
-                                                  : a.prompt_size();
-    const auto tokens = std::span<const int32_t>(a.context).first(limit);
-    // Counted once a request: a readmission's lookup is not a client's query.
-    const bool first = a.admitted == Clock::time_point{};
-    const auto match = a.chunks_replay_decode ? cache::PrefixCache::Match::kLongestPrefix
-                                              : cache::PrefixCache::Match::kWhole;
-    if (std::optional<cache::PrefixCache::Hit> hit =
-            prefix_->take(tokens, a.req->params.policy, first, match)) {
-      a.cached = static_cast<size_t>(hit->tokens);
-      a.high_water = std::max(a.high_water, a.cached);
-      if (a.generated == 0) a.cached_prompt = hit->tokens;
-      return hit->seq;
-    }
-  }
-  return runner_.start(a.req->params.policy);
-}
-
-// Offers what the request's sequence holds now (its prompt, or at its end prompt and output but
-// the last token) to the prefix cache; true when it is cached.
-bool Scheduler::offer_prefix(const Active& a) {
-  return prefix_ && a.seq >= 0 && a.cached > 0 &&
-         prefix_->offer(a.seq, std::span<const int32_t>(a.context).first(a.cached),
-                        a.req->params.policy);
+  absl::StatusOr<int64_t> cached =
+      kv_.admit(a.kv, {.context = a.context,
+                       .resume = resume,
+                       .scoring = a.req->params.prompt_logprobs && !resume,
+                       // Counted once a request: a readmission's lookup is not a client's query.
+                       .count = a.admitted == Clock::time_point{}});
+  if (!cached.ok()) return cached.status();
+  a.cached = static_cast<size_t>(*cached);
+  a.high_water = std::max(a.high_water, a.cached);
+  if (!resume) a.cached_prompt = *cached;
+  return absl::OkStatus();
 }
 
 // Cancelled and expired requests leave before the step, so their pages are free for it.
@@ -363,53 +292,38 @@ void Scheduler::iterate() {
   record_step(plan);
 }
 
-// What the step planner reads of a running request.
-cache::PlanEntry Scheduler::plan_entry(const Active& a) const {
-  const cache::KvCache& cache = runner_.cache();
-  return {
-      .prefilling = a.prefilling(),
-      .tokens = static_cast<int64_t>(a.next_tokens(static_cast<size_t>(options_.prefill_chunk))),
-      .preemptions = a.preemptions,
-      .held_pages = cache.sequence_stats(a.seq).pages,
-      .pages_needed = [&cache, seq = a.seq](int64_t n) {
-        return cache.pages_needed(seq, static_cast<int>(n));
-      }};
-}
-
-// The step as cache::plan_step decides it from the pool's state, applied in its order: cached
-// prefixes reclaimed, victims preempted and requests that cannot fit even alone failed (which
-// frees what the plan counted on), then every planned item's pages reserved.
+// The step as the KV manager plans and reserves it: cached prefixes reclaimed, victims preempted
+// and requests that cannot fit even alone failed (their pages already back in the pool), then
+// every planned item's pages reserved.
 Scheduler::Plan Scheduler::plan_step() {
-  cache::KvCache& cache = runner_.cache();
   std::vector<Active*> live;
-  std::vector<cache::PlanEntry> entries;
+  std::vector<cache::StepAsk> asks;
   for (auto& owned : running_) {
     Active& a = *owned;
     if (a.done || a.preempted) continue;
     live.push_back(&a);
-    entries.push_back(plan_entry(a));
+    asks.push_back({.request = &a.kv,
+                    .prefilling = a.prefilling(),
+                    .tokens = a.refresh_next(options_.prefill_chunk),
+                    .preemptions = a.preemptions});
   }
-  const cache::PoolState pool{
-      .free_pages = cache.free_pages(),
-      .snapshot_pages = prefix_ ? prefix_->reclaimable_pages() : std::vector<int64_t>{}};
-  const cache::StepPlan decided = cache::plan_step(pool, entries, options_.prefill_chunk);
-  for (size_t i = 0; i < decided.snapshots_reclaimed; ++i) prefix_->reclaim_one();
-  for (const size_t v : decided.preempted) preempt(*live[v]);
-  for (const size_t f : decided.failed) {
+  const cache::ReservedStep step = kv_.reserve_step(asks, options_.prefill_chunk);
+  for (const size_t v : step.plan.preempted) preempted(*live[v]);
+  for (const size_t f : step.plan.failed) {
     complete(*live[f],
              absl::ResourceExhaustedError(absl::StrCat(
                  "KV cache exhausted: the request needs more than the whole pool of ",
-                 cache.stats().pages_total, " pages even alone (", options_.pool_flag, ")")));
+                 kv_.cache().stats().pages_total, " pages even alone (", options_.pool_flag, ")")));
+  }
+  // The plan counted these pages free, so a refusal is a bug in that arithmetic.
+  for (const size_t b : step.broken) {
+    complete(*live[b], absl::InternalError("step planner: a planned reservation failed"));
   }
   Plan plan;
-  for (const cache::StepPlan::Item& item : decided.items) {
+  for (const cache::StepPlan::Item& item : step.plan.items) {
     Active& a = *live[item.entry];
-    // The plan counted these pages free, so a refusal is a bug in that arithmetic.
-    if (!runner_.reserve(a.seq, static_cast<int>(item.tokens))) {
-      complete(a, absl::InternalError("step planner: a planned reservation failed"));
-      continue;
-    }
-    plan.inputs.push_back({a.seq,
+    if (a.done) continue;
+    plan.inputs.push_back({a.kv.seq,
                            std::span<const int32_t>(a.context).subspan(a.cached, item.tokens),
                            static_cast<int32_t>(a.cached)});
     plan.owners.push_back(&a);
@@ -418,16 +332,12 @@ Scheduler::Plan Scheduler::plan_step() {
   return plan;
 }
 
-void Scheduler::preempt(Active& a) {
-  if (a.seq >= 0) {
-    a.high_water_pages = std::max(a.high_water_pages, runner_.cache().sequence_stats(a.seq).pages);
-  }
+// The KV manager took its pages back; it returns to the queue with what it generated.
+void Scheduler::preempted(Active& a) {
   if (a.cached > 0) {
     ++a.preemptions;
     if (metrics_ != nullptr) metrics_->add_preemption();
   }
-  runner_.finish(a.seq);
-  a.seq = -1;
   a.cached = 0;
   a.preempted = true;
 }
@@ -464,7 +374,9 @@ void Scheduler::record_step(const Plan& plan) {
     int32_t token = a.sampler.sample(row, a.req->params.logprobs ? &scored : nullptr);
     emit(a, token, std::move(scored));
     // The prompt's state is cached once its first token is out, so as not to delay it.
-    if (was_prefill && a.generated == 1) offer_prefix(a);
+    if (was_prefill && a.generated == 1 && !a.done) {
+      kv_.offer(a.kv, std::span<const int32_t>(a.context).first(a.cached));
+    }
   }
 }
 
@@ -567,22 +479,16 @@ void Scheduler::complete(Active& a, absl::Status status) {
   c.usage.preemptions = a.preemptions;
   c.usage.recomputed_tokens = a.recomputed;
   c.usage.cached_tokens = a.cached_prompt;
-  // The final state supersedes the prompt's: a conversation's next turn extends it.
-  // (Not where chunks do not replay decode: a run that prefills it would compute another state.)
-  if (c.status.ok() && a.chunks_replay_decode && a.cached > a.prompt_size() && offer_prefix(a)) {
-    prefix_->forget(std::span<const int32_t>(a.context).first(a.prompt_size()),
-                    a.req->params.policy);
-  }
-  if (a.seq >= 0) {
-    cache::SequenceStats s = runner_.cache().sequence_stats(a.seq);
-    cache::CacheStats all = runner_.cache().stats();
-    const cache::CacheShape& shape = runner_.cache().shape();
+  if (a.kv.seq >= 0) {
+    cache::SequenceStats s = kv_.sequence_stats(a.kv);
+    cache::CacheStats all = kv_.cache().stats();
+    const cache::CacheShape& shape = kv_.cache().shape();
     c.usage.peak_live_keys = s.peak_live_keys;
     c.usage.live_fraction = s.length > 0 ? s.live_fraction() : 0.0;
     c.usage.cache_bytes_held = s.pages * shape.page_slots * all.bytes_per_key;
     c.usage.cache_bytes_full = s.full_keys * all.bytes_per_key;
-    runner_.finish(a.seq);
-    a.seq = -1;
+    // Its sequence becomes the cached state of what it holds, or its pages go back.
+    kv_.finish(a.kv, std::span<const int32_t>(a.context).first(a.cached), c.status.ok());
     if (metrics_ != nullptr && s.length > 0) metrics_->observe_live_fraction(c.usage.live_fraction);
   }
   if (metrics_ != nullptr) {

@@ -1,22 +1,21 @@
 // Iteration-level continuous batching over one ModelRunner (which is not thread-safe: only the
-// scheduler thread touches it). Each iteration plans one step with cache::plan_step
-// (cache/step_planner.h, which decides from the pool's state who steps with how many tokens,
-// which cached prefixes go and who is preempted) and applies it: the cache reserves the pages
-// each planned item may take (ModelRunner::reserve). A preempted request's pages go back to the
-// pool and it returns to the head of the queue with what it generated; on readmission its prompt
-// and output are recomputed (cache::next_step_tokens: by chunks, or its output one token at a
-// time where chunks would not replay decode) and it goes on, its sampler untouched, so the client
-// sees one unbroken stream. Waiting requests are admitted while what they may take fits beside
-// what the running ones may (a `none` request's whole need, which is exact; another's next step)
-// and a watermark of free pages (cache::admits).
+// scheduler thread touches it). Memory is the KV manager's (cache/kv_manager.h), the scheduler's
+// one door to it: admission (whether a request fits, its sequence from a cached prefix), each
+// step (planned by cache::plan_step from the pool's state: who steps with how many tokens, which
+// cached prefixes go and who is preempted; then reserved) and each request's end. A preempted
+// request's pages go back to the pool and it returns to the head of the queue with what it
+// generated; on readmission its prompt and output are recomputed (cache::next_step_tokens: by
+// chunks, or its output one token at a time where chunks would not replay decode) and it goes
+// on, its sampler untouched, so the client sees one unbroken stream.
 //
 // Refusals: a full queue (RESOURCE_EXHAUSTED at submission); a request that cannot fit even alone
 // in the empty pool (RESOURCE_EXHAUSTED, at submission when that is known up front).
 //
 // With the prefix cache on, a request starts from the longest cached prefix of its prompt (or,
 // resumed after a preemption, of its prompt and output; under the heuristics, only the state of
-// exactly its prompt, on a resume), its prompt's state and its final state are offered to the
-// cache, and cached prefixes are reclaimed before anything running is preempted.
+// exactly its prompt, on a resume), its prompt's state is offered to the cache once its first
+// token is out, its finished sequence becomes the cached final state, and cached prefixes are
+// reclaimed before anything running is preempted.
 #pragma once
 
 #include <atomic>
@@ -31,8 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "cache/prefix_cache.h"
-#include "cache/step_planner.h"
+#include "cache/kv_manager.h"
 #include "server/engine/model_runner.h"
 #include "server/metrics/metrics.h"
 #include "server/request/request.h"
@@ -67,7 +65,7 @@ class Scheduler {
   int running() const { return n_running_.load(); }
   int waiting() const { return n_waiting_.load(); }
   // Null when the prefix cache is off; its stats() may be read from any thread.
-  const cache::PrefixCache* prefix_cache() const { return prefix_.get(); }
+  const cache::PrefixCache* prefix_cache() const { return kv_.prefix_cache(); }
 
  private:
   struct Active;
@@ -77,26 +75,22 @@ class Scheduler {
   Intake take_work();
   void loop();
   void admit();
-  absl::StatusOr<cache::SeqId> start_sequence(Active& a);
-  bool offer_prefix(const Active& a);
-  int64_t pages_ahead(const Active& a) const;
-  bool fits_beside_running(const Active& a) const;
+  absl::Status start_sequence(Active& a);
   void reap();
   void iterate();
-  cache::PlanEntry plan_entry(const Active& a) const;
   Plan plan_step();
-  void preempt(Active& a);
+  void preempted(Active& a);
   void record_step(const Plan& plan);
   void score_prompt(Active& a, size_t from, std::span<const float> rows);
   bool send_prompt_scores(Active& a);
   void emit(Active& a, int32_t token, Scored scored);
   void complete(Active& a, absl::Status status);
   FinishedRequest finished(const Active& a) const;
-  absl::Status check_fits_alone(const GenerationParams& p) const;
 
   ModelRunner& runner_;
   const SchedulerOptions options_;
   ServerMetrics* metrics_;
+  cache::KvManager kv_;  // scheduler thread only, but for its stats
 
   std::mutex mu_;
   std::condition_variable wake_;  // work arrived, or drain/abort
@@ -110,7 +104,6 @@ class Scheduler {
 
   std::vector<std::unique_ptr<Active>> running_;  // scheduler thread only, admission order
   std::vector<float> logits_;
-  std::unique_ptr<cache::PrefixCache> prefix_;
   std::atomic<int> n_running_{0};
   std::atomic<int> n_waiting_{0};
   std::thread thread_;

@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/page_ledger.h"
+#include "cache/stream_access.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -28,9 +29,11 @@ void decode(KvCache& cache, SeqId seq, int head_begin, int head_end, int steps, 
   for (int32_t pos = 0; pos < steps; ++pos) {
     for (int h = head_begin; h < head_end; ++h) {
       phi[h] += normal(rng);
-      cache.evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
-      ASSERT_TRUE(cache.insert(seq, 0, h, pos, phi[h] + normal(rng), k.data(), k.data()).ok());
-      if (pos % 64 == 0) cache.compact(seq, 0, h, {});
+      StreamAccess(cache).evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
+      ASSERT_TRUE(StreamAccess(cache)
+                      .insert(seq, 0, h, pos, phi[h] + normal(rng), k.data(), k.data())
+                      .ok());
+      if (pos % 64 == 0) StreamAccess(cache).compact(seq, 0, h, {});
     }
   }
 }

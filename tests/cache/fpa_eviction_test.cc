@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/stream_access.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -98,7 +99,8 @@ class FpaEvictionTest : public ::testing::TestWithParam<FpaCase> {
   void insert(int layer, int head, int32_t pos, float lvl, float m) {
     const auto k = key_data(kShape.head_dim, pos, 1.0f);
     const auto v = key_data(kShape.head_dim, pos, -1.0f);
-    ASSERT_TRUE(cache_->insert(seq_, layer, head, pos, lvl, k.data(), v.data(), m).ok());
+    ASSERT_TRUE(
+        StreamAccess(*cache_).insert(seq_, layer, head, pos, lvl, k.data(), v.data(), m).ok());
     refs_[static_cast<size_t>(layer * kShape.n_heads + head)].insert(pos, lvl, m);
   }
 
@@ -108,7 +110,7 @@ class FpaEvictionTest : public ::testing::TestWithParam<FpaCase> {
       for (int h = 0; h < kShape.n_heads; ++h) {
         const size_t s = static_cast<size_t>(l * kShape.n_heads + h);
         const float phi = walks_[s].advance();
-        const int freed = cache_->evict_for_step(seq_, l, h, phi, kBetas[h], pos);
+        const int freed = StreamAccess(*cache_).evict_for_step(seq_, l, h, phi, kBetas[h], pos);
         EXPECT_EQ(freed, refs_[s].judge(phi, threshold(h), pos - 1))
             << "layer " << l << " head " << h;
         insert(l, h, pos, walks_[s].level(), kInf);
@@ -137,7 +139,8 @@ class FpaEvictionTest : public ::testing::TestWithParam<FpaCase> {
           }
         };
         if (GetParam().insert_before_chunk_eviction) insert_chunk();
-        const int freed = cache_->evict_for_chunk(seq_, l, h, min_phi, kBetas[h], end);
+        const int freed =
+            StreamAccess(*cache_).evict_for_chunk(seq_, l, h, min_phi, kBetas[h], end);
         // Keys before the chunk saw all of its field; the chunk's own keys only their m.
         EXPECT_EQ(freed, refs_[s].judge(min_phi, threshold(h), start - 1))
             << "layer " << l << " head " << h;
@@ -167,14 +170,16 @@ class FpaEvictionTest : public ::testing::TestWithParam<FpaCase> {
     const size_t pages_before = cache_->pages(seq_, layer, head).size();
     std::map<std::pair<int32_t, int32_t>, int32_t> pos_at;  // (page, slot) -> position
     for (const auto& [pos, key] : before) pos_at[{key.ref.page, key.ref.slot}] = pos;
-    const int freed = cache_->compact(seq_, layer, head, [&](SlotRef from, SlotRef to) {
-      auto it = pos_at.find({from.page, from.slot});
-      EXPECT_NE(it, pos_at.end()) << "moved a slot that held no key";
-      if (it == pos_at.end()) return;
-      const int32_t pos = it->second;
-      pos_at.erase(it);
-      EXPECT_TRUE(pos_at.emplace(std::pair{to.page, to.slot}, pos).second) << "moved onto a key";
-    });
+    const int freed =
+        StreamAccess(*cache_).compact(seq_, layer, head, [&](SlotRef from, SlotRef to) {
+          auto it = pos_at.find({from.page, from.slot});
+          EXPECT_NE(it, pos_at.end()) << "moved a slot that held no key";
+          if (it == pos_at.end()) return;
+          const int32_t pos = it->second;
+          pos_at.erase(it);
+          EXPECT_TRUE(pos_at.emplace(std::pair{to.page, to.slot}, pos).second)
+              << "moved onto a key";
+        });
     const auto after = live_keys(*cache_, seq_, layer, head);
     EXPECT_EQ(after.size(), before.size());
     for (const auto& [pos, key] : after) {

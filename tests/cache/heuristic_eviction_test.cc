@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/layer_update.h"
+#include "cache/stream_access.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -67,7 +68,7 @@ class HeuristicTest : public ::testing::TestWithParam<Policy> {
 
   void insert(int l, int h, int32_t pos) {
     const auto k = key_data(kShape.head_dim, pos, 1.0f);
-    ASSERT_TRUE(cache_->insert(seq_, l, h, pos, 0.0f, k.data(), k.data()).ok());
+    ASSERT_TRUE(StreamAccess(*cache_).insert(seq_, l, h, pos, 0.0f, k.data(), k.data()).ok());
   }
 
   // h2o's brute force: lightest accumulated attention among keys older than the recent window
@@ -119,7 +120,7 @@ TEST_P(HeuristicTest, DecodeStepsKeepExactlyTheDefinedKeys) {
     for (int l = 0; l < kShape.n_layers; ++l) {
       for (int h = 0; h < kShape.n_heads; ++h) {
         auto& ref = h2o[static_cast<size_t>(l * kShape.n_heads + h)];
-        const int freed = cache_->evict_for_step(seq_, l, h, 0.0f, 1.0f, pos);
+        const int freed = StreamAccess(*cache_).evict_for_step(seq_, l, h, 0.0f, 1.0f, pos);
         const size_t before = ref.size();
         if (GetParam() == Policy::kH2O) h2o_reference_evict(ref, budget(policy_, pos + 1) - 1, pos);
         insert(l, h, pos);
@@ -156,7 +157,7 @@ TEST_P(HeuristicTest, ChunksKeepTheBudgetAtTheChunkEnd) {
           ref[p] = 0.0f;
         }
         attend(l, h, ref, rng);
-        cache_->evict_for_chunk(seq_, l, h, 0.0f, 1.0f, end);
+        StreamAccess(*cache_).evict_for_chunk(seq_, l, h, 0.0f, 1.0f, end);
         if (GetParam() == Policy::kH2O) {
           h2o_reference_evict(ref, budget(policy_, end + 1), end);
           std::set<int32_t> want;
@@ -220,7 +221,7 @@ class MassPolicyTest : public ::testing::Test {
   }
   void insert(SeqId seq, int l, int h, int32_t pos) {
     const std::vector<float> k = spiral_key(pos);
-    ASSERT_TRUE(cache_->insert(seq, l, h, pos, 0.0f, k.data(), k.data()).ok());
+    ASSERT_TRUE(StreamAccess(*cache_).insert(seq, l, h, pos, 0.0f, k.data(), k.data()).ok());
   }
   std::vector<float> query(std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -249,9 +250,9 @@ TEST_F(MassPolicyTest, TovaDropsTheKeysTheLastQueryAttendedLeast) {
         const std::map<int32_t, double> prob = probabilities(query(rng), want);
         write_mass(*cache_, seq, l, h, prob);
         if (len == 1) {
-          cache_->evict_for_step(seq, l, h, 0.0f, 1.0f, end);
+          StreamAccess(*cache_).evict_for_step(seq, l, h, 0.0f, 1.0f, end);
         } else {
-          cache_->evict_for_chunk(seq, l, h, 0.0f, 1.0f, end);
+          StreamAccess(*cache_).evict_for_chunk(seq, l, h, 0.0f, 1.0f, end);
         }
         const auto budget_now = static_cast<size_t>(budget(p, int64_t{end} + 1));
         while (want.size() > budget_now) {
@@ -311,13 +312,13 @@ TEST_F(MassPolicyTest, SnapKvKeepsTheTopPooledPromptKeysAndTheWindow) {
         }
         if (end == pos) {  // the kernels recorded the mass before the cache evicts
           write_mass(*cache_, seq, l, h, mass[st]);
-          cache_->evict_for_step(seq, l, h, 0.0f, 1.0f, end);
+          StreamAccess(*cache_).evict_for_step(seq, l, h, 0.0f, 1.0f, end);
           insert(seq, l, h, end);
         } else {
           for (int32_t t = pos; t <= end; ++t) insert(seq, l, h, t);
         }
         write_mass(*cache_, seq, l, h, mass[st]);
-        if (end > pos) cache_->evict_for_chunk(seq, l, h, 0.0f, 1.0f, end);
+        if (end > pos) StreamAccess(*cache_).evict_for_chunk(seq, l, h, 0.0f, 1.0f, end);
         if (end < 60) {
           EXPECT_EQ(live_positions(*cache_, seq, l, h), ref[st]) << "before the end";
         }
@@ -356,7 +357,7 @@ TEST_F(MassPolicyTest, SnapKvKeepsTheTopPooledPromptKeysAndTheWindow) {
       ref[st].insert(pos);
       for (SeqId s : {seq, fork}) {
         if (s < 0) continue;
-        cache_->evict_for_step(s, l, h, 0.0f, 1.0f, pos);
+        StreamAccess(*cache_).evict_for_step(s, l, h, 0.0f, 1.0f, pos);
         insert(s, l, h, pos);
         EXPECT_EQ(live_positions(*cache_, s, l, h), ref[st]) << "sequence " << s << " at " << pos;
       }
@@ -401,11 +402,11 @@ TEST(NonePolicy, KeepsEveryKey) {
   p.policy = Policy::kNone;
   const SeqId seq = *cache->add_sequence(p);
   for (int32_t pos = 0; pos < 100; ++pos) {
-    EXPECT_EQ(cache->evict_for_step(seq, 1, 1, -1e30f, 1.0f, pos), 0);
+    EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 1, 1, -1e30f, 1.0f, pos), 0);
     const auto k = key_data(kShape.head_dim, pos, 1.0f);
-    ASSERT_TRUE(cache->insert(seq, 1, 1, pos, 1e30f, k.data(), k.data()).ok());
+    ASSERT_TRUE(StreamAccess(*cache).insert(seq, 1, 1, pos, 1e30f, k.data(), k.data()).ok());
   }
-  EXPECT_EQ(cache->evict_for_chunk(seq, 1, 1, -1e30f, 1.0f, 99), 0);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_chunk(seq, 1, 1, -1e30f, 1.0f, 99), 0);
   EXPECT_EQ(live_positions(*cache, seq, 1, 1), span_of(0, 99));
 }
 

@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/policy.h"
+#include "cache/stream_access.h"
 #include "model/bf16.h"
 #include "tests/cache/cache_test_util.h"
 
@@ -29,7 +30,7 @@ PolicyConfig fpa_policy(float tau) {
 
 absl::Status insert_key(KvCache& cache, SeqId seq, int l, int h, int32_t pos, float lvl) {
   const auto k = key_data(cache.shape().head_dim, pos, 1.0f);
-  return cache.insert(seq, l, h, pos, lvl, k.data(), k.data()).status();
+  return StreamAccess(cache).insert(seq, l, h, pos, lvl, k.data(), k.data()).status();
 }
 
 TEST(Pool, PageFreedTheStepItsLastKeyDies) {
@@ -38,17 +39,17 @@ TEST(Pool, PageFreedTheStepItsLastKeyDies) {
   const SeqId seq = *cache->add_sequence(fpa_policy(1.0f));
   // Keys 0-3 fill page one at level 25, keys 4-7 page two at level 20; the field stays at 30.
   for (int32_t pos = 0; pos < 8; ++pos) {
-    EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 30.0f, 1.0f, pos), 0);
+    EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 0, 0, 30.0f, 1.0f, pos), 0);
     ASSERT_TRUE(insert_key(*cache, seq, 0, 0, pos, pos < 4 ? 25.0f : 20.0f).ok());
   }
   EXPECT_EQ(cache->stats().pages_in_use, 2);
   // phi = 23.5 kills level 25 (25 - 23.5 >= 1), not level 20: page one goes back at once.
-  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 23.5f, 1.0f, 8), 4);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 0, 0, 23.5f, 1.0f, 8), 4);
   EXPECT_EQ(cache->stats().pages_in_use, 1);
   EXPECT_EQ(cache->free_pages(), 7);
   EXPECT_EQ(cache->stats().evicted_slots, 4);
   // A dip to 0 kills the rest, before anything new goes in.
-  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 0.0f, 1.0f, 8), 4);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 0, 0, 0.0f, 1.0f, 8), 4);
   EXPECT_EQ(cache->stats().pages_in_use, 0);
   EXPECT_TRUE(cache->pages(seq, 0, 0).empty());
   expect_consistent(*cache, {{seq, 8}});
@@ -187,19 +188,20 @@ TEST(Pool, BadInputIsAClearError) {
   auto cache = testing::make_cache(shape, 4);
   const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
   const auto k = key_data(2, 0, 1.0f);
-  EXPECT_EQ(cache->insert(seq + 1, 0, 0, 0, 0.0f, k.data(), k.data()).status().code(),
+  EXPECT_EQ(StreamAccess(*cache).insert(seq + 1, 0, 0, 0, 0.0f, k.data(), k.data()).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache->insert(seq, 1, 0, 0, 0.0f, k.data(), k.data()).status().code(),
+  EXPECT_EQ(StreamAccess(*cache).insert(seq, 1, 0, 0, 0.0f, k.data(), k.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache->insert(seq, 0, 0, 0, std::nanf(""), k.data(), k.data()).status().code(),
+  EXPECT_EQ(
+      StreamAccess(*cache).insert(seq, 0, 0, 0, std::nanf(""), k.data(), k.data()).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StreamAccess(*cache).insert(seq, 0, 0, 0, 0.0f, nullptr, k.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache->insert(seq, 0, 0, 0, 0.0f, nullptr, k.data()).status().code(),
+  ASSERT_TRUE(StreamAccess(*cache).insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).ok());
+  EXPECT_EQ(StreamAccess(*cache).insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(cache->insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).ok());
-  EXPECT_EQ(cache->insert(seq, 0, 0, 5, 0.0f, k.data(), k.data()).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache->evict_for_step(seq, 3, 0, -1e9f, 1.0f, 6), 0);
-  EXPECT_EQ(cache->evict_for_step(seq + 7, 0, 0, -1e9f, 1.0f, 6), 0);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 3, 0, -1e9f, 1.0f, 6), 0);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq + 7, 0, 0, -1e9f, 1.0f, 6), 0);
   EXPECT_TRUE(cache->pages(seq, 0, 9).empty());
   EXPECT_EQ(cache->page(-1).pos, nullptr);
   EXPECT_EQ(cache->page(4).pos, nullptr);
@@ -213,10 +215,10 @@ TEST(Pool, BetaZeroNeverEvictsEvenInfiniteLevels) {
   const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
   const float inf = std::numeric_limits<float>::infinity();
   ASSERT_TRUE(insert_key(*cache, seq, 0, 0, 0, inf).ok());
-  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, -inf, 0.0f, 1), 0);
-  EXPECT_EQ(cache->evict_for_chunk(seq, 0, 0, -inf, -1.0f, 4), 0);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 0, 0, -inf, 0.0f, 1), 0);
+  EXPECT_EQ(StreamAccess(*cache).evict_for_chunk(seq, 0, 0, -inf, -1.0f, 4), 0);
   EXPECT_EQ(cache->sequence_stats(seq).live_keys, 1);
-  EXPECT_EQ(cache->evict_for_step(seq, 0, 0, 0.0f, 1.0f, 5), 1);  // inf - 0 >= 20
+  EXPECT_EQ(StreamAccess(*cache).evict_for_step(seq, 0, 0, 0.0f, 1.0f, 5), 1);  // inf - 0 >= 20
 }
 
 TEST(Storage, SizesAndDeviceOnlyMode) {
@@ -231,7 +233,7 @@ TEST(Storage, SizesAndDeviceOnlyMode) {
 
   auto device = testing::make_cache(shape, 10, /*host_storage=*/false);
   const SeqId seq = *device->add_sequence(fpa_policy(20.0f));
-  const auto ref = device->insert(seq, 1, 3, 0, 2.5f, nullptr, nullptr);
+  const auto ref = StreamAccess(*device).insert(seq, 1, 3, 0, 2.5f, nullptr, nullptr);
   ASSERT_TRUE(ref.ok()) << ref.status();
   const PageView v = device->page(ref->page);
   EXPECT_EQ(v.k, nullptr);
@@ -269,11 +271,12 @@ TEST(Storage, DeviceMirrorFollowsInsertsAndMoves) {
   for (int32_t pos = 0; pos < 300; ++pos) {
     for (int h = 0; h < 2; ++h) {
       phi[h] += normal(rng);
-      cache->evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
-      const auto ref = cache->insert(seq, 0, h, pos, phi[h] + normal(rng), nullptr, nullptr);
+      StreamAccess(*cache).evict_for_step(seq, 0, h, phi[h], 1.0f, pos);
+      const auto ref =
+          StreamAccess(*cache).insert(seq, 0, h, pos, phi[h] + normal(rng), nullptr, nullptr);
       ASSERT_TRUE(ref.ok()) << ref.status();
       mirror[{ref->page, ref->slot}] = pos;
-      cache->compact(seq, 0, h, [&](SlotRef from, SlotRef to) {
+      StreamAccess(*cache).compact(seq, 0, h, [&](SlotRef from, SlotRef to) {
         mirror[{to.page, to.slot}] = mirror.at({from.page, from.slot});
         ++moves;
       });
@@ -293,7 +296,7 @@ TEST(Storage, HostPagesAreAlignedStructureOfArrays) {
   const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
   std::vector<float> k(8), v(8);
   for (int i = 0; i < 8; ++i) k[i] = float(i), v[i] = float(-i);
-  const auto ref = cache->insert(seq, 0, 0, 0, 1.0f, k.data(), v.data(), 7.0f);
+  const auto ref = StreamAccess(*cache).insert(seq, 0, 0, 0, 1.0f, k.data(), v.data(), 7.0f);
   ASSERT_TRUE(ref.ok());
   const PageView view = cache->page(ref->page);
   for (const void* p : {static_cast<const void*>(view.k), static_cast<const void*>(view.v),
@@ -319,7 +322,7 @@ TEST(Storage, Bf16HostPagesRoundAndHalveTheBytes) {
   const SeqId seq = *cache->add_sequence(fpa_policy(20.0f));
   std::vector<float> k(8), v(8);
   for (int i = 0; i < 8; ++i) k[i] = 1.0f + 1.0f / 3.0f * float(i), v[i] = -k[i];
-  const auto ref = cache->insert(seq, 0, 0, 0, 1.0f, k.data(), v.data());
+  const auto ref = StreamAccess(*cache).insert(seq, 0, 0, 0, 1.0f, k.data(), v.data());
   ASSERT_TRUE(ref.ok()) << ref.status();
   const PageView view = cache->page(ref->page);
   EXPECT_EQ(view.k, nullptr);
@@ -427,8 +430,8 @@ TEST(Pool, NoLeaksUnderRandomTraffic) {
       std::vector<float> phi;
       for (int i = 0; i < n; ++i) phi.push_back(s.phi[st] += normal(rng));
       const float min_phi = *std::min_element(phi.begin(), phi.end());
-      evicted += n == 1 ? cache->evict_for_step(id, l, h, phi[0], 0.5f, s.next)
-                        : cache->evict_for_chunk(id, l, h, min_phi, 0.5f, s.next - 1);
+      evicted += n == 1 ? StreamAccess(*cache).evict_for_step(id, l, h, phi[0], 0.5f, s.next)
+                        : StreamAccess(*cache).evict_for_chunk(id, l, h, min_phi, 0.5f, s.next - 1);
       for (int i = 0; i < n; ++i) {
         const absl::Status ok = insert_key(*cache, id, l, h, s.next + i, phi[i] + normal(rng));
         if (ok.ok()) {
@@ -466,7 +469,7 @@ TEST(Pool, NoLeaksUnderRandomTraffic) {
       seqs.erase(it);
     } else if (what == 2) {
       const SeqId id = std::next(seqs.begin(), pick(static_cast<int>(seqs.size())))->first;
-      cache->compact(id, pick(2), pick(2), {});
+      StreamAccess(*cache).compact(id, pick(2), pick(2), {});
     } else {
       auto it = std::next(seqs.begin(), pick(static_cast<int>(seqs.size())));
       step(it->first, it->second, what < 6 ? 1 + pick(8) : 1);

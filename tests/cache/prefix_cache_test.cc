@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/stream_access.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace fpa::cache {
@@ -35,10 +36,11 @@ void step(KvCache& cache, SeqId seq, int32_t pos, std::mt19937& rng) {
   for (int l = 0; l < kShape.n_layers; ++l) {
     for (int h = 0; h < kShape.n_heads; ++h) {
       const float phi = cache.last_phi(seq, l, h) + n(rng);
-      cache.evict_for_step(seq, l, h, phi, 1.0f, pos);
+      StreamAccess(cache).evict_for_step(seq, l, h, phi, 1.0f, pos);
       const auto k = key_data(kShape.head_dim, pos, 1.0f);
-      ASSERT_TRUE(cache.insert(seq, l, h, pos, phi + n(rng), k.data(), k.data()).ok());
-      cache.set_last_phi(seq, l, h, phi);
+      ASSERT_TRUE(
+          StreamAccess(cache).insert(seq, l, h, pos, phi + n(rng), k.data(), k.data()).ok());
+      StreamAccess(cache).set_last_phi(seq, l, h, phi);
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/stream_access.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_kernels.h"
@@ -128,9 +129,12 @@ double cpu_tokens_per_second(const Model& model, const Config& c, int steps, flo
       for (int h = 0; h < m.n_heads; ++h) {
         for (const cuda::SyntheticKey& key :
              cuda::synthetic_walk(c.context, 0.0f, -drift, kept_keys(c))) {
-          die(cache->insert(s, l, h, key.offset, key.lvl, row(), row(), key.m).status(), "insert");
+          die(cache::StreamAccess(*cache)
+                  .insert(s, l, h, key.offset, key.lvl, row(), row(), key.m)
+                  .status(),
+              "insert");
         }
-        cache->set_last_phi(s, l, h, -drift * c.context);
+        cache::StreamAccess(*cache).set_last_phi(s, l, h, -drift * c.context);
       }
     }
   }

@@ -129,6 +129,8 @@ class SchedulerTest : public ::testing::Test {
     EXPECT_EQ(scheduler_->waiting(), 0);
   }
 
+  void next_turn_equals_a_cold_run(cache::Policy policy, float temperature, bool evicts);
+
   std::unique_ptr<Model> model_;
   std::unique_ptr<cache::KvCache> cache_;
   std::unique_ptr<ModelRunner> runner_;
@@ -291,49 +293,68 @@ TEST_F(SchedulerTest, CancellationAtTheDeadlineIsDeadlineExceeded) {
 }
 
 // A conversation's second turn starts from the first turn's cached state and gives the tokens a
-// cold run of the whole prompt gives.
+// cold run of the whole prompt gives. `evicts`: the first turn must have evicted keys.
+void SchedulerTest::next_turn_equals_a_cold_run(cache::Policy policy, float temperature,
+                                                bool evicts) {
+  const std::string what =
+      absl::StrCat(std::string(cache::policy_name(policy)), " temperature ", temperature);
+  serve(4096, {.prefill_chunk = 16, .prefix_cache_share = 0.5});
+  scheduler_->start();
+  // tau 2 and half budgets: every rule but none evicts within the first turn.
+  auto turn = [&](std::vector<int32_t> tokens, int new_tokens, uint64_t seed) {
+    GenerationParams g = params(std::move(tokens), new_tokens, policy, temperature, seed);
+    g.policy.tau = 2.0f;
+    g.policy.prompt_tokens = static_cast<int64_t>(g.prompt.size());  // as validation sets it
+    return g;
+  };
+  Job first;
+  ASSERT_TRUE(submit(first, turn(prompt(37, 1), 25, 3)).ok());
+  const Completion& first_done = first.sink.wait();
+  ASSERT_TRUE(first_done.status.ok()) << what << ": " << first_done.status;
+  if (evicts) {
+    EXPECT_LT(first_done.usage.live_fraction, 1.0) << what << ": nothing was evicted";
+  }
+  std::vector<int32_t> next = prompt(37, 1);
+  for (int32_t tok : first.sink.tokens()) next.push_back(tok);
+  for (int32_t tok : prompt(21, 2)) next.push_back(tok % 256);
+  const GenerationParams p = turn(next, 30, 4);
+  Job second;
+  ASSERT_TRUE(submit(second, p).ok());
+  const Completion& done = second.sink.wait();
+  ASSERT_TRUE(done.status.ok()) << what << ": " << done.status;
+  // The first turn's prompt and output but its last token were cached at its end.
+  // Under the heuristics a state depends on the chunks that built it: no hit across requests.
+  const bool replays = cache::chunks_replay_decode(p.policy);
+  EXPECT_EQ(done.usage.cached_tokens,
+            replays ? 37 + static_cast<int64_t>(first.sink.tokens().size()) - 1 : 0)
+      << what;
+  EXPECT_EQ(second.sink.tokens(), solo(p, 16)) << what;
+  const cache::PrefixCacheStats st = scheduler_->prefix_cache()->stats();
+  EXPECT_GT(st.snapshots, 0) << what;
+  EXPECT_EQ(st.hit_tokens, done.usage.cached_tokens);
+  expect_empty();  // draining flushes the snapshots
+}
+
 TEST_F(SchedulerTest, PrefixCacheHitEqualsAColdRun) {
   for (const cache::Policy policy :
        {cache::Policy::kFpa, cache::Policy::kNone, cache::Policy::kWindow, cache::Policy::kSinks,
         cache::Policy::kH2O, cache::Policy::kTova, cache::Policy::kSnapKV}) {
     for (const float temperature : {0.0f, 0.9f}) {
-      const std::string what =
-          absl::StrCat(std::string(cache::policy_name(policy)), " temperature ", temperature);
-      serve(4096, {.prefill_chunk = 16, .prefix_cache_share = 0.5});
-      scheduler_->start();
-      // tau 2 and half budgets: every rule but none evicts within the first turn.
-      auto turn = [&](std::vector<int32_t> tokens, int new_tokens, uint64_t seed) {
-        GenerationParams g = params(std::move(tokens), new_tokens, policy, temperature, seed);
-        g.policy.tau = 2.0f;
-        g.policy.prompt_tokens = static_cast<int64_t>(g.prompt.size());  // as validation sets it
-        return g;
-      };
-      Job first;
-      ASSERT_TRUE(submit(first, turn(prompt(37, 1), 25, 3)).ok());
-      const Completion& first_done = first.sink.wait();
-      ASSERT_TRUE(first_done.status.ok());
-      if (policy != cache::Policy::kNone) {
-        EXPECT_LT(first_done.usage.live_fraction, 1.0) << what << ": nothing was evicted";
-      }
-      std::vector<int32_t> next = prompt(37, 1);
-      for (int32_t t : first.sink.tokens()) next.push_back(t);
-      for (int32_t t : prompt(21, 2)) next.push_back(t % 256);
-      const GenerationParams p = turn(next, 30, 4);
-      Job second;
-      ASSERT_TRUE(submit(second, p).ok());
-      const Completion& done = second.sink.wait();
-      ASSERT_TRUE(done.status.ok()) << done.status;
-      // The first turn's prompt and output but its last token were cached at its end.
-      // Under the heuristics a state depends on the chunks that built it: no hit across requests.
-      const bool replays = cache::chunks_replay_decode(p.policy);
-      EXPECT_EQ(done.usage.cached_tokens,
-                replays ? 37 + static_cast<int64_t>(first.sink.tokens().size()) - 1 : 0)
-          << what;
-      EXPECT_EQ(second.sink.tokens(), solo(p, 16)) << what;
-      const cache::PrefixCacheStats st = scheduler_->prefix_cache()->stats();
-      EXPECT_GT(st.snapshots, 0) << what;
-      EXPECT_EQ(st.hit_tokens, done.usage.cached_tokens);
-      expect_empty();  // draining flushes the snapshots
+      next_turn_equals_a_cold_run(policy, temperature, policy != cache::Policy::kNone);
+    }
+  }
+}
+
+// FoX Pro's key/value shift carries a row from one token to the next (kernels/cpu/shift_state.h):
+// a cached state carries it too (before, the hit failed the forward).
+TEST_F(SchedulerTest, PrefixCacheHitOnAShiftedModelEqualsAColdRun) {
+  auto model = Model::load(std::string(FPA_VECTORS_DIR) + "/hf/fox_pro");
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(model->get()->config().k_shift && model->get()->config().v_shift);
+  model_ = *std::move(model);
+  for (const cache::Policy policy : {cache::Policy::kFpa, cache::Policy::kNone}) {
+    for (const float temperature : {0.0f, 0.9f}) {
+      next_turn_equals_a_cold_run(policy, temperature, /*evicts=*/false);
     }
   }
 }

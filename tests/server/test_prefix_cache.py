@@ -2,11 +2,9 @@
 the cached state of the last one, gives the tokens of a cold run, and the hits show in usage,
 in the fpa_prefix_cache_* series and in vLLM's prefix-cache counters."""
 import os
-import subprocess
 import time
 
 from conftest import REPO, solo_generate
-from daemon import SERVE_BIN
 
 
 def test_next_turn_hits_and_equals_a_cold_run(make_server):
@@ -71,12 +69,17 @@ def test_cached_pages_are_not_in_use(make_server):
     assert len(info) == 1 and 'enable_prefix_caching="True"' in info[0]
 
 
-def test_refused_for_a_model_with_a_key_value_shift():
-    """FoX Pro's shifted keys cannot be cached yet (TODO issue 25): the server says so at start."""
+def test_next_turn_on_a_model_with_a_key_value_shift(make_server):
+    """FoX Pro's shifted projections carry a row from one token to the next: a cached state
+    carries it too, so the next turn's hit gives a cold run's tokens (refused at start before)."""
     model = os.path.join(REPO, "tests/vectors/hf/fox_pro")
-    run = subprocess.run([SERVE_BIN, "--model", model, "--prefix-cache", "0.5"],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 1 and "key/value shift" in run.stderr
+    s = make_server("--prefix-cache", "0.5", model=model)
+    turn = [256] + [(i * 29 + 13) % 256 for i in range(36)]
+    first = s.client.generate(turn, max_new_tokens=12)
+    turn = turn + list(first.token_ids) + [(i * 31 + 7) % 256 for i in range(9)]
+    r = s.client.generate(turn, max_new_tokens=12)
+    assert r.usage.cached_tokens == 37 + len(first.token_ids) - 1
+    assert list(r.token_ids) == solo_generate(turn, model=model, max_new_tokens=12)
 
 
 def test_off_by_default(server):

@@ -1,0 +1,54 @@
+// One stream's edits -- one (sequence, layer, head): evictions, inserts, the last field value,
+// compaction. Private: the per-layer update (layer_update.cc, apply_layer) makes them after each
+// layer's kernels, in one order for every backend, and StreamAccess (stream_access.h) is the one
+// named door for what writes keys no kernel computed (tests, benchmarks, the CUDA backend's
+// synthetic context). Nothing else edits a stream.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "absl/status/statusor.h"
+#include "cache/kv_types.h"
+
+namespace fpa::cache {
+
+class StreamEditor {
+ public:
+  virtual ~StreamEditor() = default;
+
+ private:
+  friend class LayerWriter;
+  friend class StreamAccess;
+
+  // Decode-step eviction for one stream, before the new key of position `pos` goes in:
+  //  kFpa: frees every live key with lvl - phi >= tau / beta (beta <= 0: none);
+  //  heuristics: frees keys so that, with the key at `pos` (inserted already or next), the
+  //  stream holds its budget for length pos + 1. Returns how many keys were freed. Pages left
+  //  empty are freed at once.
+  virtual int evict_for_step(SeqId seq, int layer, int head, float phi, float beta,
+                             int32_t pos) = 0;
+  // Prefill-chunk eviction for the chunk ending at chunk_end_pos, after the chunk's attention:
+  // keys cached before the chunk die when lvl - min_phi_chunk >= tau / beta. The chunk's own keys
+  // carry m = min of phi over (pos, chunk_end_pos] (insert's `m`) and die when
+  // lvl - m >= tau / beta: in this call when inserted before it, else at the next eviction call.
+  // Heuristics: free keys until the stream holds budget(chunk_end_pos + 1).
+  virtual int evict_for_chunk(SeqId seq, int layer, int head, float min_phi_chunk, float beta,
+                              int32_t chunk_end_pos) = 0;
+  // Takes a free slot of the stream (a new page when all are full) and records pos and lvl;
+  // with host storage it also writes k, v (head_dim floats each), m = `m`, acc = 0.
+  // ResourceExhausted when the pool is empty; the cache is unchanged then.
+  virtual absl::StatusOr<SlotRef> insert(SeqId seq, int layer, int head, int32_t pos, float lvl,
+                                         const float* k, const float* v,
+                                         float m = std::numeric_limits<float>::infinity()) = 0;
+  // Counts keys that died before they were cached (within their own prompt chunk) as evicted.
+  virtual void count_dropped(int64_t keys) = 0;
+  virtual void set_last_phi(SeqId seq, int layer, int head, float phi) = 0;
+  // Merges sparse pages of a stream when that frees at least one page. Each moved slot is
+  // reported to `on_move` (a device backend copies its mirror). Returns pages freed.
+  virtual int compact(SeqId seq, int layer, int head,
+                      const std::function<void(SlotRef from, SlotRef to)>& on_move = {}) = 0;
+};
+
+}  // namespace fpa::cache
