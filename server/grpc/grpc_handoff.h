@@ -29,4 +29,18 @@ inline void called_by_grpc([[maybe_unused]] void* reactor) {
 #endif
 }
 
+// For a callback after which gRPC may run the reactor's next one on another thread (OnCancel,
+// OnWriteDone; gRPC orders them, OnDone last, inside libgrpc): marks both ends, so that OnDone's
+// delete is seen to follow what the callback did. Not for OnDone, which frees the reactor.
+class InGrpcCallback {
+ public:
+  explicit InGrpcCallback(void* reactor) : reactor_(reactor) { called_by_grpc(reactor); }
+  ~InGrpcCallback() { handed_to_grpc(reactor_); }
+  InGrpcCallback(const InGrpcCallback&) = delete;
+  InGrpcCallback& operator=(const InGrpcCallback&) = delete;
+
+ private:
+  void* reactor_;
+};
+
 }  // namespace fpa::server

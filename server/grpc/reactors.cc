@@ -88,7 +88,7 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
   }
 
   void OnCancel() override {
-    called_by_grpc(this);
+    const InGrpcCallback mark(this);
     if (request_) request_->cancel();
   }
   void OnDone() override {
@@ -143,7 +143,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
   }
 
   void OnWriteDone(bool ok) override {
-    called_by_grpc(this);
+    const InGrpcCallback mark(this);
     std::unique_lock lock(mu_);
     writing_ = false;
     if (!ok) {
@@ -153,7 +153,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     pump(lock);
   }
   void OnCancel() override {
-    called_by_grpc(this);
+    const InGrpcCallback mark(this);
     if (request_) request_->cancel();
   }
   void OnDone() override {
