@@ -27,9 +27,10 @@ struct ServeOptions {
   int prefill_chunk = 256;
   double cache_watermark = 0.01;  // share of the pool admission leaves free
   // Share of the pool cached prefixes may hold; 0 = off.
-  // TODO(issue 24): on by default as vLLM's once an offer costs no copy (the finished sequence
-  // becoming the snapshot itself, issue 23): with copies it cost 11% of the throughput on
-  // bench/capacity.py's non-repeating prompts (bench/RESULTS.md).
+  // TODO(issue 24): on by default as vLLM's once an offer costs no copy: the finished sequence
+  // is its own snapshot now, the prompt's snapshot still a copy, 4% of fpa's throughput on
+  // bench/capacity.py's non-repeating prompts (11% before; bench/RESULTS.md). The server tests
+  // that assume it off (metrics, cache_config_info, pages after a request) move with it.
   double prefix_cache = 0.0;
   std::optional<float> tau;          // the model's tau when absent
   int threads = 0;                   // 0 = every core
