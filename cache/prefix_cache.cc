@@ -29,6 +29,7 @@ struct PrefixCache::Node {
   SeqId snapshot = -1;
   int64_t pages = 0;
   int64_t full_keys = 0;
+  int64_t live_keys = 0;
   uint64_t used = 0;  // its key in lru_; 0 before the first use
   std::string key;    // a root's policy key
 };
@@ -95,10 +96,13 @@ bool PrefixCache::place(SeqId seq, std::span<const int32_t> tokens, const Policy
   Node* n = insert(tokens, policy);
   n->snapshot = *snapshot;
   n->pages = need;
-  n->full_keys = cache_.sequence_stats(*snapshot).full_keys;
+  const SequenceStats held = cache_.sequence_stats(*snapshot);
+  n->full_keys = held.full_keys;
+  n->live_keys = held.live_keys;
   touch(n);
   pages_ += need;
   full_keys_ += n->full_keys;
+  live_keys_ += n->live_keys;
   ++snapshots_;
   return true;
 }
@@ -188,8 +192,10 @@ void PrefixCache::drop(Node* node) {
     node->snapshot = -1;
     pages_ -= node->pages;
     full_keys_ -= node->full_keys;
+    live_keys_ -= node->live_keys;
     node->pages = 0;
     node->full_keys = 0;
+    node->live_keys = 0;
     --snapshots_;
   }
   while (node->parent != nullptr && node->snapshot < 0 && node->children.empty()) {
@@ -212,8 +218,17 @@ void PrefixCache::flush() {
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  return {snapshots_.load(), pages_.load(), queried_.load(),  hits_.load(),
-          evictions_.load(), trees_.load(), full_keys_.load()};
+  return {snapshots_.load(), pages_.load(), queried_.load(),   hits_.load(),
+          evictions_.load(), trees_.load(), full_keys_.load(), live_keys_.load()};
+}
+
+CacheStats without_snapshots(CacheStats pool, const PrefixCacheStats& cached) {
+  auto less = [](int64_t& figure, int64_t cut) { figure = std::max<int64_t>(0, figure - cut); };
+  less(pool.sequences, cached.snapshots);
+  less(pool.pages_in_use, cached.pages);
+  less(pool.live_slots, cached.live_keys);
+  less(pool.full_cache_keys, cached.full_keys);
+  return pool;
 }
 
 }  // namespace fpa::cache

@@ -36,7 +36,13 @@ struct PrefixCacheStats {
   int64_t evictions = 0;       // snapshots dropped for room
   int64_t trees = 0;           // policy configurations holding a snapshot
   int64_t full_keys = 0;       // the snapshots' full-cache keys (length * layers * heads)
+  int64_t live_keys = 0;       // the snapshots' live keys
 };
+
+// The pool's figures without the snapshots: what the running sequences hold. Snapshots never run
+// and are reclaimable, so they count as cache (PrefixCacheStats), not as use, as vLLM counts its
+// cached blocks. The two stats may be read at different moments: clamped at zero.
+CacheStats without_snapshots(CacheStats pool, const PrefixCacheStats& cached);
 
 class PrefixCache {
  public:
@@ -93,7 +99,7 @@ class PrefixCache {
   std::map<uint64_t, Node*> lru_;                       // last use -> node with a snapshot
   uint64_t clock_ = 0;
   std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0}, trees_{0},
-      full_keys_{0};
+      full_keys_{0}, live_keys_{0};
 };
 
 }  // namespace fpa::cache

@@ -129,15 +129,24 @@ absl::StatusOr<GrpcEndpoint> start_grpc(const ServeOptions& o, FpaServiceImpl& s
   return g;
 }
 
-// Whether the model can use the prefix cache the flags ask for on the backend chosen.
-absl::Status check_prefix_cache(const ServeOptions& o, const ModelConfig& config, bool use_cuda) {
+// The prefix cache's share: the flag's, else the default where the backend can fork the model's
+// state (off, and said, where it cannot: a default must not stop a server from starting).
+absl::StatusOr<double> prefix_cache_share(const ServeOptions& o, const ModelConfig& config,
+                                          bool use_cuda) {
   // TODO(issue 25): carry the CUDA backend's shift slots with forks, as the CPU backend's rows.
-  if ((config.k_shift || config.v_shift) && o.prefix_cache > 0 && use_cuda) {
+  const bool supported = !((config.k_shift || config.v_shift) && use_cuda);
+  if (!o.prefix_cache) {
+    if (supported) return kDefaultPrefixCacheShare;
+    std::cerr << "fpa-serve: prefix cache off: the model's key/value shift does not work with it "
+                 "on the cuda backend yet\n";
+    return 0.0;
+  }
+  if (*o.prefix_cache > 0 && !supported) {
     return absl::InvalidArgumentError(
         "--prefix-cache: the model's key/value shift (use_k_shift, use_v_shift) does not work "
         "with the prefix cache on the cuda backend yet; leave it at 0 or use --backend cpu");
   }
-  return absl::OkStatus();
+  return *o.prefix_cache;
 }
 
 int serve(const ServeOptions& o) {
@@ -150,8 +159,9 @@ int serve(const ServeOptions& o) {
   const Model& model = *loaded->model;
   const CpuFormats& formats = loaded->formats;
   const ModelConfig& config = model.config();
-  if (const absl::Status st = check_prefix_cache(o, config, use_cuda); !st.ok()) {
-    std::cerr << "fpa-serve: " << st.message() << "\n";
+  const absl::StatusOr<double> prefix_share = prefix_cache_share(o, config, use_cuda);
+  if (!prefix_share.ok()) {
+    std::cerr << "fpa-serve: " << prefix_share.status().message() << "\n";
     return 1;
   }
   // A chat template that does not parse leaves the model usable without chat.
@@ -173,7 +183,7 @@ int serve(const ServeOptions& o) {
   ModelRunner runner(model, **kv, std::move(*backend));
 
   const std::string model_name = served_model_name(o);
-  ServerMetrics metrics(**kv, model_name, o.prefix_cache > 0);
+  ServerMetrics metrics(**kv, model_name, *prefix_share > 0);
   http::Limits http_limits;
   http_limits.on_failure = [&metrics] { metrics.add_http_failure(); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> metrics_http = http::HttpServer::start(
@@ -185,7 +195,7 @@ int serve(const ServeOptions& o) {
 
   Scheduler scheduler(runner,
                       {o.max_batch, o.max_queue, o.prefill_chunk, o.cache_watermark,
-                       o.cache_pages ? "--cache-pages" : "--cache-bytes", o.prefix_cache},
+                       o.cache_pages ? "--cache-pages" : "--cache-bytes", *prefix_share},
                       &metrics);
   ServiceInfo info;
   info.backend = std::string(runner.backend_name());
@@ -221,7 +231,8 @@ int serve(const ServeOptions& o) {
   std::string host = o.address.substr(0, o.address.rfind(':'));
   std::cout << "fpa-serve: " << config.n_layers << "-layer model from " << o.model << " on "
             << runner.backend_name() << ", " << (*kv)->stats().pages_total << " cache pages ("
-            << ((*kv)->shape().kv_bytes == 2 ? "bf16" : "float32") << " keys and values)\n";
+            << ((*kv)->shape().kv_bytes == 2 ? "bf16" : "float32")
+            << " keys and values), prefix cache share " << *prefix_share << " (--prefix-cache)\n";
   if (!use_cuda) {
     std::cout << "fpa-serve: cpu weights " << formats.weights << " (--cpu-weights " << o.cpu_weights
               << "), kv pages " << formats.kv << " (--kv-dtype " << o.kv_dtype << ")\n";

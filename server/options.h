@@ -9,6 +9,8 @@
 
 namespace fpa::server {
 
+inline constexpr double kDefaultPrefixCacheShare = 0.5;
+
 struct ServeOptions {
   std::string model = "models/fpa-v2";
   std::string address = "0.0.0.0:50051";
@@ -26,12 +28,12 @@ struct ServeOptions {
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
   double cache_watermark = 0.01;  // share of the pool admission leaves free
-  // Share of the pool cached prefixes may hold; 0 = off.
-  // TODO(issue 24): on by default as vLLM's once an offer costs no copy: the finished sequence
-  // is its own snapshot now, the prompt's snapshot still a copy, 4% of fpa's throughput on
-  // bench/capacity.py's non-repeating prompts (11% before; bench/RESULTS.md). The server tests
-  // that assume it off (metrics, cache_config_info, pages after a request) move with it.
-  double prefix_cache = 0.0;
+  // Share of the pool cached prefixes may hold; 0 = off. Absent: kDefaultPrefixCacheShare where
+  // the backend can fork the model's state, off where it cannot (server/main.cc). On by default
+  // as vLLM's: snapshots are reclaimable (admission counts them free, the planner drops them
+  // before it preempts) and a finished request's sequence is its own snapshot, no copy; measured
+  // beside --prefix-cache 0 in bench/RESULTS.md.
+  std::optional<double> prefix_cache;
   std::optional<float> tau;          // the model's tau when absent
   int threads = 0;                   // 0 = every core
   std::string cpu_weights = "auto";  // auto | f32 | bf16 | int8: the CPU backend's projections

@@ -110,7 +110,9 @@ grpc::ServerUnaryReactor* FpaServiceImpl::CacheStats(grpc::CallbackServerContext
   v1::CacheStatsRequest req;
   if (absl::Status st = decode(*bytes, &req); !st.ok()) return reply(ctx, st);
   v1::CacheStatsResponse resp;
-  cache::CacheStats s = cache_.stats();
+  const cache::PrefixCache* prefixes = scheduler_.prefix_cache();
+  const cache::PrefixCacheStats cached = prefixes ? prefixes->stats() : cache::PrefixCacheStats{};
+  const cache::CacheStats s = cache::without_snapshots(cache_.stats(), cached);
   resp.set_pages_total(s.pages_total);
   resp.set_pages_in_use(s.pages_in_use);
   resp.set_live_keys(s.live_slots);
@@ -121,6 +123,8 @@ grpc::ServerUnaryReactor* FpaServiceImpl::CacheStats(grpc::CallbackServerContext
   resp.set_requests_running(scheduler_.running());
   resp.set_requests_waiting(scheduler_.waiting());
   resp.set_page_slots(cache_.shape().page_slots);
+  resp.set_prefix_snapshots(cached.snapshots);
+  resp.set_prefix_pages(cached.pages);
   return reply(ctx, resp, out);
 }
 

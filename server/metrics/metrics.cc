@@ -229,12 +229,15 @@ ServerMetrics::ServerMetrics(const cache::KvCache& cache, const std::string& mod
       // TODO(issue 24): drop the old name (a gauge ending in _total) after one release.
       pages_total_alias_(gauge(*registry_, "fpa_cache_pages_total",
                                "Deprecated: fpa_cache_pages (a gauge, not a counter)")),
-      pages_in_use_(
-          gauge(*registry_, "fpa_cache_pages_in_use", "Pages holding at least one live key")),
+      pages_in_use_(gauge(*registry_, "fpa_cache_pages_in_use",
+                          "Pages the running sequences hold (cached prefixes not counted)")),
       live_keys_(gauge(*registry_, "fpa_cache_live_keys",
-                       "Live keys over all sequences, layers and heads")),
+                       "Live keys of the running sequences, all layers and heads (cached prefixes "
+                       "not counted)")),
       keys_evicted_(counter(*registry_, "fpa_cache_keys_evicted_total", "Keys evicted")),
-      bytes_held_(gauge(*registry_, "fpa_cache_bytes_held", "Bytes of the pages in use")),
+      bytes_held_(
+          gauge(*registry_, "fpa_cache_bytes_held",
+                "Bytes of the pages the running sequences hold (cached prefixes not counted)")),
       bytes_full_(gauge(*registry_, "fpa_cache_bytes_full",
                         "Bytes a never-evicting cache would hold for the running sequences "
                         "(cached prefixes not counted)")),
@@ -318,23 +321,23 @@ void ServerMetrics::count_request(int grpc_code) {
 }
 
 void ServerMetrics::refresh_cache_gauges() {
-  cache::CacheStats s = cache_.stats();
+  const cache::CacheStats pool = cache_.stats();
   std::lock_guard lock(evicted_mu_);
-  const int64_t page_bytes = s.page_slots * s.bytes_per_key;
-  const cache::PrefixCacheStats p = prefix_->refresh(page_bytes);
-  set_all(static_cast<double>(s.pages_total), pages_total_, pages_total_alias_);
-  // As vLLM counts its usage: cached prefixes are reclaimable, so their pages are not in use
-  // (fpa_prefix_cache_bytes shows them); a router then does not steer away from a warm pod.
-  const int64_t in_use = std::max<int64_t>(0, s.pages_in_use - p.pages);
-  pages_in_use_.Set(static_cast<double>(in_use));
-  double usage = s.pages_total > 0 ? static_cast<double>(in_use) / s.pages_total : 0.0;
+  const cache::PrefixCacheStats p = prefix_->refresh(pool.page_slots * pool.bytes_per_key);
+  set_all(static_cast<double>(pool.pages_total), pages_total_, pages_total_alias_);
+  // The running sequences' figures: cached prefixes are reclaimable, so their pages are not in
+  // use (fpa_prefix_cache_bytes shows them), as vLLM counts its usage: a router then does not
+  // steer away from a warm pod.
+  const cache::CacheStats s = cache::without_snapshots(pool, p);
+  pages_in_use_.Set(static_cast<double>(s.pages_in_use));
+  double usage = s.pages_total > 0
+                     ? static_cast<double>(s.pages_in_use) / static_cast<double>(s.pages_total)
+                     : 0.0;
   set_all(usage, vllm_->kv_usage, vllm_->gpu_cache_usage);
   live_keys_.Set(static_cast<double>(s.live_slots));
   bytes_held_.Set(static_cast<double>(s.bytes_held()));
-  // Snapshots never run: what they hold is cache, not a saving on a running sequence.
-  const int64_t full = s.bytes_full() - p.full_keys * s.bytes_per_key;
-  bytes_full_.Set(static_cast<double>(full));
-  bytes_saved_.Set(static_cast<double>(full - (s.bytes_held() - p.pages * page_bytes)));
+  bytes_full_.Set(static_cast<double>(s.bytes_full()));
+  bytes_saved_.Set(static_cast<double>(s.bytes_full() - s.bytes_held()));
   if (s.evicted_slots > evicted_seen_) {
     keys_evicted_.Increment(static_cast<double>(s.evicted_slots - evicted_seen_));
     evicted_seen_ = s.evicted_slots;

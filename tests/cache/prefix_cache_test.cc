@@ -234,5 +234,32 @@ TEST_F(PrefixCacheTest, KeepsATreeOnlyWhileItHoldsASnapshot) {
   cache_->release(hit->seq);
 }
 
+// What the running sequences hold is the pool less the snapshots, which never run: the
+// figures CacheStats and the fpa_cache_* gauges report.
+TEST_F(PrefixCacheTest, RunningFiguresLeaveTheSnapshotsOut) {
+  PrefixCache prefixes(*cache_, 200);
+  const PolicyConfig fpa = policy(Policy::kFpa);
+  const std::vector<int32_t> done{1, 2, 3, 4, 5, 6}, running{7, 8, 9};
+  const SeqId finished = run(done, fpa);
+  const SequenceStats held = cache_->sequence_stats(finished);
+  ASSERT_TRUE(prefixes.adopt(finished, done, fpa));
+  const SeqId live = run(running, fpa);
+  const SequenceStats own = cache_->sequence_stats(live);
+  const PrefixCacheStats cached = prefixes.stats();
+  EXPECT_EQ(cached.live_keys, held.live_keys);
+  EXPECT_EQ(cached.full_keys, held.full_keys);
+  const CacheStats s = without_snapshots(cache_->stats(), cached);
+  EXPECT_EQ(s.sequences, 1);
+  EXPECT_EQ(s.pages_in_use, own.pages);
+  EXPECT_EQ(s.live_slots, own.live_keys);
+  EXPECT_EQ(s.full_cache_keys, own.full_keys);
+  cache_->release(live);
+  prefixes.flush();
+  EXPECT_EQ(prefixes.stats().live_keys, 0);
+  const CacheStats idle = without_snapshots(cache_->stats(), prefixes.stats());
+  EXPECT_EQ(idle.live_slots, 0);
+  EXPECT_EQ(idle.pages_in_use, 0);
+}
+
 }  // namespace
 }  // namespace fpa::cache

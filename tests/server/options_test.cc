@@ -31,6 +31,7 @@ TEST(ParseOptions, DefaultsMatchTheServingContract) {
   EXPECT_EQ(o->idle_timeout_seconds, 300);
   EXPECT_EQ(o->keepalive_seconds, 60);
   EXPECT_EQ(o->max_streams_per_connection, 64);
+  EXPECT_FALSE(o->prefix_cache.has_value());  // on at kDefaultPrefixCacheShare where it works
 }
 
 TEST(ParseOptions, BothValueForms) {
@@ -47,6 +48,8 @@ TEST(ParseOptions, BothValueForms) {
   EXPECT_EQ(parse({"--model", "m", "--cpu-weights=int8"})->cpu_weights, "int8");
   EXPECT_EQ(o->kv_dtype, "auto");
   EXPECT_EQ(parse({"--model", "m", "--kv-dtype=bf16"})->kv_dtype, "bf16");
+  EXPECT_EQ(parse({"--prefix-cache", "0"})->prefix_cache, 0.0);  // off, said so explicitly
+  EXPECT_EQ(parse({"--prefix-cache=0.25"})->prefix_cache, 0.25);
 }
 
 TEST(ParseOptions, ErrorsNameTheFlag) {

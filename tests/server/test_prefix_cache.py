@@ -2,9 +2,8 @@
 the cached state of the last one, gives the tokens of a cold run, and the hits show in usage,
 in the fpa_prefix_cache_* series and in vLLM's prefix-cache counters."""
 import os
-import time
 
-from conftest import REPO, solo_generate
+from conftest import REPO, solo_generate, wait_for
 
 
 def test_next_turn_hits_and_equals_a_cold_run(make_server):
@@ -26,12 +25,10 @@ def test_next_turn_hits_and_equals_a_cold_run(make_server):
     assert m['vllm:prefix_cache_queries_total{engine="0",model_name="fpa-test"}'] == \
         m["fpa_prefix_cache_queried_tokens_total"] > hits
     assert m["fpa_prefix_cache_snapshots"] > 0 and m["fpa_prefix_cache_bytes"] > 0
-    # Snapshots hold pages; what runs holds none once idle.
-    deadline = time.time() + 10
-    while s.client.cache_stats().requests_running:
-        assert time.time() < deadline
-        time.sleep(0.02)
-    assert m["fpa_cache_bytes_held"] >= m["fpa_prefix_cache_bytes"]
+    # Snapshots hold pages, counted apart: what runs holds none once idle.
+    wait_for(lambda: s.client.cache_stats().requests_running == 0)
+    m = s.metrics()
+    assert m["fpa_cache_bytes_held"] == 0 and m["fpa_prefix_cache_bytes"] > 0
 
 
 def test_regenerate_with_a_full_share(make_server):
@@ -82,11 +79,24 @@ def test_next_turn_on_a_model_with_a_key_value_shift(make_server):
     assert list(r.token_ids) == solo_generate(turn, model=model, max_new_tokens=12)
 
 
-def test_off_by_default(server):
-    server.client.generate("Hello there", max_new_tokens=4)
-    r = server.client.generate("Hello there, again", max_new_tokens=4)
+def test_on_by_default_and_off_at_zero(server, make_server):
+    """As vLLM's, the cache is on without a flag: a conversation's next turn hits; the running
+    request's figures do not count the snapshots (a router sees an idle pod as idle), which
+    CacheStats reports apart. --prefix-cache 0 turns it off."""
+    turn = server.client.tokenize("You are a careful assistant. Tell me about rivers.")
+    first = server.client.generate(turn, max_new_tokens=8)
+    turn = turn + list(first.token_ids) + server.client.tokenize(" And then?")[1:]
+    assert server.client.generate(turn, max_new_tokens=4).usage.cached_tokens > 0
+    wait_for(lambda: server.client.cache_stats().requests_running == 0)
+    stats = server.client.cache_stats()
+    assert stats.prefix_snapshots > 0 and stats.prefix_pages > 0
+    assert (stats.sequences, stats.pages_in_use, stats.live_keys, stats.bytes_held) == (0, 0, 0, 0)
+    off = make_server("--prefix-cache", "0")
+    off.client.generate("Hello there", max_new_tokens=4)
+    r = off.client.generate("Hello there, again", max_new_tokens=4)
     assert r.usage.cached_tokens == 0
-    assert server.metrics()["fpa_prefix_cache_snapshots"] == 0
+    assert off.metrics()["fpa_prefix_cache_snapshots"] == 0
+    assert off.client.cache_stats().prefix_snapshots == 0
 
 
 def test_http_usage_reports_cached_tokens(make_server):

@@ -96,7 +96,7 @@ def test_cache_config_info_and_the_renamed_pages_gauge(server):
     info = [k for k in m if k.startswith("vllm:cache_config_info{")]
     assert len(info) == 1 and m[info[0]] == 1
     for label in ('engine="0"', 'block_size="16"', f'num_gpu_blocks="{int(m["fpa_cache_pages"])}"',
-                  'cache_dtype="float32"', 'enable_prefix_caching="False"'):
+                  'cache_dtype="float32"', 'enable_prefix_caching="True"'):  # on by default
         assert label in info[0], (label, info[0])
     # The old name (a gauge ending in _total) is kept one release beside the new one.
     assert m["fpa_cache_pages_total"] == m["fpa_cache_pages"] == 16384
