@@ -44,11 +44,14 @@ class KvCache : public KvView, public StreamEditor {
   // A new sequence in the state `seq` is in now (its live keys copied, densely packed, with
   // their levels, minima and masses, its eviction order and last phi), so that either can go
   // on alone. ResourceExhausted, nothing changed, when the unreserved pool cannot hold the copy.
-  // A pool without host storage copies its keys through the attached device
-  // (FailedPrecondition when none is: the copy would read another stream's keys there).
+  // The copies go to the attached device (DevicePool::copy_slots); a pool without host storage
+  // refuses the fork (FailedPrecondition) while none is: the copy would read another stream's
+  // keys there.
   virtual absl::StatusOr<SeqId> fork(SeqId seq) = 0;
-  // The device that holds the keys of a pool without host storage (null: none), for the edits
-  // the cache makes outside a step. Not owned; it must outlive the cache or be detached.
+  // The device every slot edit is sent to (null: none): a step's resets, writes and moves
+  // (apply_layer) and a fork's copies. A pool without host storage needs one before any edit;
+  // with host storage an attached device mirrors the pool (tests). Not owned; it must outlive
+  // the cache or be detached.
   virtual void attach_device(DevicePool* device) = 0;
   // Called after each fork with (source, copy), so that per-sequence state kept beside the cache
   // (the CPU backend's FoX Pro key/value shift rows) follows the copy: a prefix hit then resumes

@@ -11,11 +11,18 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 }  // namespace
 
-// The one place a step's stream edits are made (StreamEditor names it its friend).
+// The one place a step's stream edits are made (StreamEditor names it its friend), and the one
+// place they leave for the device: collected as they are made, sent once the layer is done.
 class LayerWriter {
  public:
-  LayerWriter(KvCache& cache, int layer, const LayerRows& rows, LayerChanges& out)
-      : cache_(cache), layer_(layer), rows_(rows), out_(out) {}
+  LayerWriter(KvCache& cache, int layer, const LayerRows& rows)
+      : cache_(cache), layer_(layer), rows_(rows), device_(cache.edit_device()) {}
+
+  // Checked before any edit: a device-resident pool with no device must not change at all.
+  absl::Status device_status() const { return device_.status(); }
+  void send() const {
+    if (*device_ != nullptr) (*device_)->apply(layer_, out_);
+  }
 
   float at(const float* values, int row, int head) const {
     return values[row * rows_.row_stride + head * rows_.head_stride];
@@ -99,32 +106,34 @@ class LayerWriter {
   KvCache& cache_;
   const int layer_;
   const LayerRows& rows_;
-  LayerChanges& out_;
+  const absl::StatusOr<DevicePool*> device_;
+  LayerEdits out_;
   std::vector<float> suffix_;
 };
 
-absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
-                                         std::span<const BatchItem> items,
-                                         std::span<const float> beta, const LayerRows& rows) {
-  LayerChanges out;
-  LayerWriter writer(cache, layer, rows, out);
+absl::StatusOr<int64_t> apply_layer(KvCache& cache, int layer, std::span<const BatchItem> items,
+                                    std::span<const float> beta, const LayerRows& rows) {
+  LayerWriter writer(cache, layer, rows);
+  if (absl::Status s = writer.device_status(); !s.ok()) return s;
+  int64_t evicted = 0;
   std::vector<std::pair<SeqId, int>> shrunk;  // (seq, head) that lost keys
   int row0 = 0;
   for (const BatchItem& item : items) {
     const int len = static_cast<int>(item.tokens.size());
     const bool competes = cache.mass_rule(item.seq).mode == MassRule::Mode::kLast;
     for (int h = 0; h < static_cast<int>(beta.size()); ++h) {
-      absl::StatusOr<int> evicted = len == 1 ? writer.decode(item, row0, h, beta[h], competes)
-                                             : writer.chunk(item, row0, h, beta[h]);
-      if (!evicted.ok()) return evicted.status();
-      out.evicted += *evicted;
-      if (*evicted > 0) shrunk.emplace_back(item.seq, h);
+      absl::StatusOr<int> n = len == 1 ? writer.decode(item, row0, h, beta[h], competes)
+                                       : writer.chunk(item, row0, h, beta[h]);
+      if (!n.ok()) return n.status();
+      evicted += *n;
+      if (*n > 0) shrunk.emplace_back(item.seq, h);
       writer.keep_phi(item, row0 + len - 1, h);
     }
     row0 += len;
   }
   for (const auto& [seq, h] : shrunk) writer.compact(seq, h);
-  return out;
+  writer.send();
+  return evicted;
 }
 
 }  // namespace fpa::cache

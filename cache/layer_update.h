@@ -4,12 +4,11 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cache/batch_item.h"
+#include "cache/device_pool.h"
 #include "cache/kv_cache.h"
-#include "cache/pool_edits.h"
 
 namespace fpa::cache {
 
@@ -27,15 +26,6 @@ struct LayerRows {
   long kv_stride = 0;
 };
 
-// What a device mirror of the pool must replay, in this order: clear reset_pages, apply writes,
-// then moves.
-struct LayerChanges {
-  std::vector<int32_t> reset_pages;
-  std::vector<KeyWrite> writes;
-  std::vector<SlotMove> moves;
-  int64_t evicted = 0;
-};
-
 // For every (item, head) in step order: a decode token evicts at its phi, then its key goes in
 // (m = +inf; under MassRule::kLast it goes in first and competes); a prompt chunk's keys go in with
 // m = min of phi after them within the chunk (a key already dead by then is never cached), then the
@@ -43,9 +33,12 @@ struct LayerChanges {
 // keys are compacted after every insert of the layer, so a page compaction frees is never handed to
 // another stream before the writes above. Pages come from the sequences' reservations
 // (KvCache::reserve); running out midway is an internal error.
+// The layer's slot edits go to the cache's device (DevicePool::apply) when one is attached; a
+// cache whose keys live on a device refuses the layer (FailedPrecondition, nothing changed)
+// while none is. Returns how many cached keys it evicted (a key dead within its own chunk was
+// never cached: it is not counted).
 // The items' rows lie item after item from row 0 (one row for a decode token).
-absl::StatusOr<LayerChanges> apply_layer(KvCache& cache, int layer,
-                                         std::span<const BatchItem> items,
-                                         std::span<const float> beta, const LayerRows& rows);
+absl::StatusOr<int64_t> apply_layer(KvCache& cache, int layer, std::span<const BatchItem> items,
+                                    std::span<const float> beta, const LayerRows& rows);
 
 }  // namespace fpa::cache

@@ -102,10 +102,9 @@ class PagedKvCache final : public KvCache {
 
   absl::StatusOr<SeqId> fork(SeqId id) override {
     if (!contains(id)) return absl::NotFoundError(absl::StrCat("fork: unknown sequence ", id));
-    const bool on_device = !table_->host_storage();
-    if (on_device && device_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "fork: the keys and values live on a device, and no device is attached to copy them");
+    const absl::StatusOr<DevicePool*> device = edit_device();
+    if (!device.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("fork: ", device.status().message()));
     }
     if (pages_to_fork(id) > free_pages()) {
       return absl::ResourceExhaustedError(absl::StrCat("fork: sequence ", id, " needs ",
@@ -128,7 +127,7 @@ class PagedKvCache final : public KvCache {
       }
       to.length = from.length.load();
     }
-    if (copied.ok() && on_device) copied = device_->copy_slots(pages, copies);
+    if (copied.ok() && *device != nullptr) copied = (*device)->copy_slots(pages, copies);
     if (!copied.ok()) {  // another thread took pages meanwhile: nothing of the copy stays
       release(*copy);
       return copied;
@@ -138,6 +137,14 @@ class PagedKvCache final : public KvCache {
   }
 
   void attach_device(DevicePool* device) override { device_ = device; }
+  absl::StatusOr<DevicePool*> edit_device() const override {
+    if (device_ == nullptr && !table_->host_storage()) {
+      return absl::FailedPreconditionError(
+          "the keys and values live on a device, and no device is attached to send the edits to "
+          "(KvCache::attach_device)");
+    }
+    return device_;
+  }
   void on_fork(std::function<void(SeqId from, SeqId to)> listener) override {
     fork_listener_ = std::move(listener);
   }
@@ -386,7 +393,7 @@ class PagedKvCache final : public KvCache {
 
   const CacheShape shape_;
   std::unique_ptr<PageTable> table_;
-  DevicePool* device_ = nullptr;  // where the keys live without host storage
+  DevicePool* device_ = nullptr;  // where every slot edit goes (KvCache::attach_device)
   std::function<void(SeqId from, SeqId to)> fork_listener_;
   mutable std::shared_mutex mu_;  // guards sequences_ (the map, not the sequences' streams)
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;

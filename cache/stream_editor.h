@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/status/statusor.h"
+#include "cache/device_pool.h"
 #include "cache/kv_types.h"
 
 namespace fpa::cache {
@@ -46,9 +47,13 @@ class StreamEditor {
   virtual void count_dropped(int64_t keys) = 0;
   virtual void set_last_phi(SeqId seq, int layer, int head, float phi) = 0;
   // Merges sparse pages of a stream when that frees at least one page. Each moved slot is
-  // reported to `on_move` (a device backend copies its mirror). Returns pages freed.
+  // reported to `on_move` (apply_layer sends it to the device). Returns pages freed.
   virtual int compact(SeqId seq, int layer, int head,
                       const std::function<void(SlotRef from, SlotRef to)>& on_move = {}) = 0;
+  // Where a layer's slot edits go: the attached device, or null when there is none and the host
+  // holds the keys. FailedPrecondition when the keys live on a device and none is attached: an
+  // edit then could not reach them, so none may be made.
+  virtual absl::StatusOr<DevicePool*> edit_device() const = 0;
 };
 
 }  // namespace fpa::cache

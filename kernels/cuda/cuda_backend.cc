@@ -1,8 +1,8 @@
 // The CUDA Backend: per layer, cuBLAS projections, the field walk, paged attention and the MLP.
 // A decode step runs every layer on the device as one graph and the host cache settles all
 // layers after it (decode_step.h); a step with prompt chunks settles each layer before the next
-// (the chunk's key writes read that layer's rows). Either way the cache's eviction and insertion
-// is mirrored into the device page pool.
+// (the chunk's key writes read that layer's rows). Either way the cache sends its slot edits to the
+// backend as its cache::DevicePool, which replays them on the device page pool.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/flat_edits.h"
 #include "kernels/cuda/fox_pro_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch_check.h"
@@ -91,7 +93,8 @@ struct LayerIo {
   int n_tc_tiles = 0;
 };
 
-// Also the cache's device (cache::DevicePool): a fork's copies reach the pool it mirrors.
+// Also the cache's device (cache::DevicePool): every slot edit the cache makes reaches the device
+// pool through it.
 class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
  public:
   CudaBackendImpl(const Model& model, cache::KvCache& cache, const CudaOptions& options)
@@ -119,6 +122,7 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
                                                       int head) override;
   absl::Status append_synthetic_keys(cache::SeqId seq, int32_t start_pos, int n_tokens,
                                      float phi_step, int keep_last) override;
+  void apply(int layer, const cache::LayerEdits& edits) override;
   absl::Status copy_slots(std::span<const int32_t> reset_pages,
                           std::span<const cache::SlotCopy> copies) override;
 
@@ -152,7 +156,7 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   absl::Status reserve_partial(int rows, int max_count);
   int splits(int rows, int max_count) const;
   absl::Status norm_and_gate_output(int layer, const LayerIo& io, int rows);
-  absl::Status mirror_update(const cache::LayerChanges& update);
+  absl::Status replay_edits(std::optional<uint32_t> synthetic_seed = std::nullopt);
   absl::Status mlp_block(int layer, int rows);
   absl::Status logits_launches(const cuda::BatchLayout& layout);
   absl::Status download_logits(const cuda::BatchLayout& layout, std::span<float> logits);
@@ -173,6 +177,10 @@ class CudaBackendImpl final : public CudaBackend, public cache::DevicePool {
   cuda::PoolView pool_;
   std::mutex mu_;
   Scratch s_;
+  cuda::FlatEdits edits_;  // what the cache sent (apply) since the last replay
+  // Where layer l's rows sit among the qkv rows the step keeps: l * edit_layer_rows_ (a decode
+  // step keeps every layer's rows; a step settled layer by layer reuses one block: 0).
+  int32_t edit_layer_rows_ = 0;
 };
 
 absl::Status CudaBackendImpl::init() {
@@ -203,6 +211,12 @@ absl::Status CudaBackendImpl::init() {
   FPA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "pool init"));
   cache_.attach_device(this);
   return absl::OkStatus();
+}
+
+// Called by the cache inside a step (apply_layer, under forward's lock): only queued here; the
+// step replays the queue (replay_edits) while the layer's rows are still in place.
+void CudaBackendImpl::apply(int layer, const cache::LayerEdits& edits) {
+  edits_.append(edits, layer * edit_layer_rows_);
 }
 
 // On the backend's stream, so the next step reads the copies; waited for, since a fork is rare
@@ -267,6 +281,7 @@ absl::Status CudaBackendImpl::forward(std::span<const cache::BatchItem> items,
       cuda::plan_batch(items, logits.size(), all_logits, dims);
   if (!layout.ok()) return layout.status();
   if (layout->rows == 0) return absl::OkStatus();
+  edits_.clear();  // what a failed step queued was never replayed, nor is it now
   if (!shifts()) return forward_rows(items, *layout, logits, trace);
   FPA_RETURN_IF_ERROR(shift_.begin(items, cache_, stream_));
   FPA_RETURN_IF_ERROR(forward_rows(items, *layout, logits, trace));
@@ -288,6 +303,7 @@ absl::Status CudaBackendImpl::forward_layered(std::span<const cache::BatchItem> 
                                               const cuda::BatchLayout& layout,
                                               std::span<float> logits, ForwardTrace* trace) {
   const int n_items = static_cast<int>(items.size());
+  edit_layer_rows_ = 0;
   FPA_RETURN_IF_ERROR(reserve_rows(layout, n_items, 1));
   FPA_RETURN_IF_ERROR(upload_layout(layout));
   FPA_RETURN_IF_ERROR(cuda::launch_embed(weights_.embed(), s_.tokens.as<int32_t>(), layout.rows,
@@ -339,8 +355,8 @@ absl::Status CudaBackendImpl::forward_layered(std::span<const cache::BatchItem> 
   return download_logits(layout, logits);
 }
 
-// The host bookkeeping of one layer, once its field values are back; the mirror update is
-// ordered before the next layer overwrites the qkv rows it reads.
+// The host bookkeeping of one layer, once its field values are back; its edits are replayed
+// before the next layer overwrites the qkv rows they read.
 absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const cache::BatchItem> items,
                                            const cuda::BatchLayout& layout) {
   FPA_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(field_ready_), "field wait"));
@@ -348,10 +364,9 @@ absl::Status CudaBackendImpl::settle_layer(int layer, std::span<const cache::Bat
   const float* host = s_.field_host.as<float>();
   const cache::LayerRows rows{
       .phi = host, .lvl = host + n, .row_stride = cfg().n_heads, .head_stride = 1};
-  absl::StatusOr<cache::LayerChanges> update =
-      cache::apply_layer(cache_, layer, items, betas_[layer], rows);
-  if (!update.ok()) return update.status();
-  return mirror_update(*update);
+  absl::StatusOr<int64_t> evicted = cache::apply_layer(cache_, layer, items, betas_[layer], rows);
+  if (!evicted.ok()) return evicted.status();
+  return replay_edits();
 }
 
 // Every layer without the host: inputs gathered before, the launches captured as one graph, the
@@ -361,6 +376,7 @@ absl::Status CudaBackendImpl::forward_decode(std::span<const cache::BatchItem> i
                                              std::span<float> logits) {
   const int n_items = static_cast<int>(items.size());
   const int layers = cfg().n_layers;
+  edit_layer_rows_ = layout.rows;
   FPA_RETURN_IF_ERROR(reserve_rows(layout, n_items, layers));
   FPA_RETURN_IF_ERROR(upload_layout(layout));
   const cuda::KernelInputs in = cuda::kernel_inputs(items, betas_, cache_);
@@ -434,27 +450,37 @@ absl::Status CudaBackendImpl::decode_launches(const cuda::KernelInputs& in,
   return logits_launches(layout);
 }
 
-// The cache settles every layer, checked against what the device retired, and the device replays
-// each layer's page edits in layer order (a page one layer's update frees may be the next one's).
+// The cache settles every layer, checked against what the device retired, sending each layer's
+// page edits as it goes; the device replays them all after (one upload for the step).
 absl::Status CudaBackendImpl::settle_decode(std::span<const cache::BatchItem> items,
                                             const cuda::BatchLayout& layout) {
   const int layers = cfg().n_layers;
   const size_t n = static_cast<size_t>(layers) * layout.rows * cfg().n_heads;
   const float* host = s_.field_host.as<float>();
   const auto* retired = reinterpret_cast<const int32_t*>(host + 2 * n);
-  absl::StatusOr<std::vector<cache::LayerChanges>> changes = cuda::settle_decode(
-      cache_, items, layout, betas_, {host, host + n}, {retired, size_t(layers)});
-  if (!changes.ok()) return changes.status();
-  const cuda::FlatChanges flat = cuda::flatten(*changes, layout.rows);
-  FPA_RETURN_IF_ERROR(upload(s_.resets, flat.resets.data(), flat.resets.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.writes, flat.writes.data(), flat.writes.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.moves, flat.moves.data(), flat.moves.size(), stream_));
-  for (const cuda::FlatChanges::Layer& l : flat.layers) {
-    FPA_RETURN_IF_ERROR(
-        cuda::launch_pool_update(pool_, s_.resets.as<int32_t>() + l.resets.first, l.resets.count,
-                                 s_.writes.as<cuda::KeyWrite>() + l.writes.first, l.writes.count,
-                                 s_.moves.as<cuda::SlotMove>() + l.moves.first, l.moves.count,
-                                 s_.qkv.as<float>(), qkv_stride(), cfg().n_heads, stream_));
+  FPA_RETURN_IF_ERROR(cuda::settle_decode(cache_, items, layout, betas_, {host, host + n},
+                                          {retired, size_t(layers)}));
+  return replay_edits();
+}
+
+// The queued edits, each kind uploaded once, replayed layer by layer in the order they came (a
+// page one layer's update frees may be the next one's), queued on the stream before the next
+// launch reads the pool. Synthetic keys (benchmarks) take hashed k and v instead of rows.
+absl::Status CudaBackendImpl::replay_edits(std::optional<uint32_t> synthetic_seed) {
+  absl::Cleanup clear = [&] { edits_.clear(); };
+  FPA_RETURN_IF_ERROR(upload(s_.resets, edits_.resets.data(), edits_.resets.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.writes, edits_.writes.data(), edits_.writes.size(), stream_));
+  FPA_RETURN_IF_ERROR(upload(s_.moves, edits_.moves.data(), edits_.moves.size(), stream_));
+  for (const cuda::FlatEdits::Layer& l : edits_.layers) {
+    const auto* writes = s_.writes.as<cuda::KeyWrite>() + l.writes.first;
+    FPA_RETURN_IF_ERROR(cuda::launch_pool_update(
+        pool_, s_.resets.as<int32_t>() + l.resets.first, l.resets.count, writes,
+        synthetic_seed ? 0 : l.writes.count, s_.moves.as<cuda::SlotMove>() + l.moves.first,
+        l.moves.count, s_.qkv.as<float>(), qkv_stride(), cfg().n_heads, stream_));
+    if (synthetic_seed) {
+      FPA_RETURN_IF_ERROR(
+          cuda::launch_synthetic_writes(pool_, writes, l.writes.count, *synthetic_seed, stream_));
+    }
   }
   return absl::OkStatus();
 }
@@ -604,17 +630,6 @@ absl::Status CudaBackendImpl::attend(int layer, const LayerIo& io, const cuda::B
   return cuda::launch_attention(a, pool_, stream_);
 }
 
-absl::Status CudaBackendImpl::mirror_update(const cache::LayerChanges& u) {
-  FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.moves, u.moves.data(), u.moves.size(), stream_));
-  return cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
-                                  static_cast<int>(u.reset_pages.size()),
-                                  s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
-                                  s_.moves.as<cuda::SlotMove>(), static_cast<int>(u.moves.size()),
-                                  s_.qkv.as<float>(), qkv_stride(), cfg().n_heads, stream_);
-}
-
 absl::Status CudaBackendImpl::mlp_block(int layer, int rows) {
   const cuda::DeviceLayer& w = weights_.layers()[layer];
   FPA_RETURN_IF_ERROR(cuda::launch_rmsnorm(s_.h.as<float>(), nullptr, w.mlp_norm, rows,
@@ -670,8 +685,11 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
   }
   absl::Cleanup unreserve = [&] { cache_.unreserve(seq); };
   const int page_slots = cache_.shape().page_slots;
-  cache::LayerChanges u;
+  // The keys go in through the cache's side door (no kernel computed them), and reach the pool
+  // the way a step's do: queued as each layer's edits, replayed with hashed k and v.
+  edits_.clear();
   for (int l = 0; l < cfg().n_layers; ++l) {
+    cache::LayerEdits edits;
     for (int h = 0; h < cfg().n_heads; ++h) {
       const float phi0 = cache_.last_phi(seq, l, h);
       for (const cuda::SyntheticKey& key :
@@ -681,21 +699,15 @@ absl::Status CudaBackendImpl::append_synthetic_keys(cache::SeqId seq, int32_t st
         absl::StatusOr<cache::SlotRef> slot =
             cache::StreamAccess(cache_).insert(seq, l, h, pos, key.lvl, nullptr, nullptr, key.m);
         if (!slot.ok()) return slot.status();
-        if (cache_.pages(seq, l, h).size() > before) u.reset_pages.push_back(slot->page);
-        u.writes.push_back(
+        if (cache_.pages(seq, l, h).size() > before) edits.reset_pages.push_back(slot->page);
+        edits.writes.push_back(
             cuda::KeyWrite{slot->page * page_slots + slot->slot, 0, h, pos, key.lvl, key.m});
       }
       cache::StreamAccess(cache_).set_last_phi(seq, l, h, phi0 + phi_step * n_tokens);
     }
+    edits_.append(edits, 0);
   }
-  FPA_RETURN_IF_ERROR(upload(s_.resets, u.reset_pages.data(), u.reset_pages.size(), stream_));
-  FPA_RETURN_IF_ERROR(upload(s_.writes, u.writes.data(), u.writes.size(), stream_));
-  FPA_RETURN_IF_ERROR(cuda::launch_pool_update(pool_, s_.resets.as<int32_t>(),
-                                               static_cast<int>(u.reset_pages.size()), nullptr, 0,
-                                               nullptr, 0, nullptr, 0, cfg().n_heads, stream_));
-  FPA_RETURN_IF_ERROR(cuda::launch_synthetic_writes(
-      pool_, s_.writes.as<cuda::KeyWrite>(), static_cast<int>(u.writes.size()),
-      static_cast<uint32_t>(seq * 7919 + start_pos), stream_));
+  FPA_RETURN_IF_ERROR(replay_edits(static_cast<uint32_t>(seq * 7919 + start_pos)));
   return cuda_status(cudaStreamSynchronize(stream_), "synthetic keys");
 }
 

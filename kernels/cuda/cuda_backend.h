@@ -3,8 +3,9 @@
 // The host KvCache keeps the bookkeeping (which slot of which page holds which key, who dies
 // when); the backend mirrors the slot contents in one device allocation made at start-up, indexed
 // by the same page ids and slots. The cache passed in must be created with host_storage=false;
-// the backend attaches itself to it as its cache::DevicePool, so that a fork (the prefix cache)
-// copies its keys on the device.
+// the backend attaches itself to it as its cache::DevicePool, the one way the cache's slot edits
+// (a step's resets, key writes and moves; a fork's copies, as the prefix cache makes) reach the
+// device.
 //
 // Eviction is decided on the host, in step order, with the cache's own rule (lvl - phi >= tau/beta
 // in float32), from phi values copied back (once per step for a decode step, once per layer for a

@@ -39,47 +39,23 @@ KernelInputs kernel_inputs(std::span<const cache::BatchItem> items,
   return in;
 }
 
-absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
-    cache::KvCache& cache, std::span<const cache::BatchItem> items, const BatchLayout& layout,
-    std::span<const std::span<const float>> betas, const DecodeField& field,
-    std::span<const int32_t> retired) {
-  std::vector<cache::LayerChanges> out;
+absl::Status settle_decode(cache::KvCache& cache, std::span<const cache::BatchItem> items,
+                           const BatchLayout& layout, std::span<const std::span<const float>> betas,
+                           const DecodeField& field, std::span<const int32_t> retired) {
   for (int l = 0; l < static_cast<int>(betas.size()); ++l) {
     const long heads = static_cast<long>(betas[l].size());
     const size_t block = static_cast<size_t>(l) * layout.rows * heads;
     const cache::LayerRows rows{
         .phi = field.phi + block, .lvl = field.lvl + block, .row_stride = heads, .head_stride = 1};
-    absl::StatusOr<cache::LayerChanges> changes =
-        cache::apply_layer(cache, l, items, betas[l], rows);
-    if (!changes.ok()) return changes.status();
-    if (changes->evicted != retired[l]) {
-      return absl::InternalError(absl::StrCat("layer ", l, ": the cache evicted ", changes->evicted,
+    absl::StatusOr<int64_t> evicted = cache::apply_layer(cache, l, items, betas[l], rows);
+    if (!evicted.ok()) return evicted.status();
+    if (*evicted != retired[l]) {
+      return absl::InternalError(absl::StrCat("layer ", l, ": the cache evicted ", *evicted,
                                               " keys, the device retired ", retired[l],
                                               " (host and device disagree on the live keys)"));
     }
-    out.push_back(*std::move(changes));
   }
-  return out;
-}
-
-FlatChanges flatten(std::span<const cache::LayerChanges> layers, int rows) {
-  FlatChanges flat;
-  auto range = [](size_t first, size_t count) {
-    return FlatChanges::Range{static_cast<int32_t>(first), static_cast<int32_t>(count)};
-  };
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const cache::LayerChanges& c = layers[l];
-    flat.layers.push_back({range(flat.resets.size(), c.reset_pages.size()),
-                           range(flat.writes.size(), c.writes.size()),
-                           range(flat.moves.size(), c.moves.size())});
-    flat.resets.insert(flat.resets.end(), c.reset_pages.begin(), c.reset_pages.end());
-    for (cache::KeyWrite w : c.writes) {
-      w.row += static_cast<int32_t>(l) * rows;
-      flat.writes.push_back(w);
-    }
-    flat.moves.insert(flat.moves.end(), c.moves.begin(), c.moves.end());
-  }
-  return flat;
+  return absl::OkStatus();
 }
 
 }  // namespace fpa::cuda

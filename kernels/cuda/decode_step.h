@@ -3,7 +3,7 @@
 // layers read is gathered at once; the attention kernels retire the keys their threshold kills
 // (they read lvl and m anyway) and count them; after the step, the cache applies its own rule to
 // every layer in order (cache::apply_layer, as for every backend), checks that it evicted exactly
-// what the device retired, and hands back the page edits the device replays before the next step.
+// what the device retired, and sends the device the page edits it replays before the next step.
 //
 // Deferring the cache's update to the end of the step changes nothing the device attends over:
 // a layer's attention reads only that layer's streams, whose pages no other layer's update
@@ -49,29 +49,12 @@ struct DecodeField {
   const float* lvl = nullptr;
 };
 
-// After the step: the cache's update of each layer in order, from the device's field rows.
+// After the step: the cache's update of each layer in order, from the device's field rows; each
+// layer's slot edits go to the cache's device as the cache makes them (cache::DevicePool::apply).
 // Internal when a layer's evictions differ from the keys the device retired in it (`retired[l]`):
 // host and device would then disagree about what is live, so the step must not go on.
-absl::StatusOr<std::vector<cache::LayerChanges>> settle_decode(
-    cache::KvCache& cache, std::span<const cache::BatchItem> items, const BatchLayout& layout,
-    std::span<const std::span<const float>> betas, const DecodeField& field,
-    std::span<const int32_t> retired);
-
-// The layers' page edits in one array each, so each kind is uploaded once. A write's row
-// becomes layer * rows + row: the step keeps every layer's qkv rows, layer after layer.
-struct FlatChanges {
-  struct Range {
-    int32_t first = 0;
-    int32_t count = 0;
-  };
-  struct Layer {
-    Range resets, writes, moves;
-  };
-  std::vector<int32_t> resets;
-  std::vector<cache::KeyWrite> writes;
-  std::vector<cache::SlotMove> moves;
-  std::vector<Layer> layers;
-};
-FlatChanges flatten(std::span<const cache::LayerChanges> layers, int rows);
+absl::Status settle_decode(cache::KvCache& cache, std::span<const cache::BatchItem> items,
+                           const BatchLayout& layout, std::span<const std::span<const float>> betas,
+                           const DecodeField& field, std::span<const int32_t> retired);
 
 }  // namespace fpa::cuda

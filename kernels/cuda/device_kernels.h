@@ -63,7 +63,8 @@ struct AttentionArgs {
 // One-token items update m and mark their dead keys in place during the attention pass.
 absl::Status launch_attention(const AttentionArgs& args, const PoolView& pool, cudaStream_t stream);
 
-// Applies a layer's LayerUpdate: resets, then key writes (k, v from qkv), then moves in order.
+// Replays a layer's cache::LayerEdits: resets, then key writes (k, v from qkv), then moves in
+// order.
 absl::Status launch_pool_update(const PoolView& pool, const int32_t* reset_pages, int n_resets,
                                 const KeyWrite* writes, int n_writes, const SlotMove* moves,
                                 int n_moves, const float* qkv, int qkv_stride, int n_heads,

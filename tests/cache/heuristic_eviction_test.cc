@@ -381,9 +381,9 @@ TEST(TovaLayer, TheNewKeyCompetesWithTheCachedOnes) {
     const BatchItem item{seq, tokens, pos};
     const LayerRows rows{zero.data(), zero.data(), acc.data(), heads,
                          1,           kv.data(),   kv.data(),  heads * dim};
-    auto changes = apply_layer(*cache, 0, {&item, 1}, beta, rows);
-    EXPECT_TRUE(changes.ok()) << changes.status();
-    return changes.ok() ? changes->evicted : -1;
+    auto evicted = apply_layer(*cache, 0, {&item, 1}, beta, rows);
+    EXPECT_TRUE(evicted.ok()) << evicted.status();
+    return evicted.ok() ? *evicted : -1;
   };
   std::vector<float> prompt_mass(8 * heads);
   for (int i = 0; i < 8 * heads; ++i) prompt_mass[i] = 0.1f + 0.01f * float(i);

@@ -96,7 +96,8 @@ TEST(Fork, NeedsRoomAndChangesNothingWithout) {
 
 // Forking a device pool with no device attached (cache::DevicePool) could copy nothing there:
 // refused, not a sequence whose device pages hold another stream's keys. The copy through an
-// attached device: tests/gpu/decode_step_test.cc (emulated) and parity_test.cc (on a device).
+// attached device: tests/gpu/device_pool_test.cc and decode_step_test.cc (emulated), parity_test.cc
+// (on a device).
 TEST(Fork, RefusedWhenTheKeysLiveOnTheDeviceAndNoDeviceIsAttached) {
   auto cache = KvCache::create(kShape, 64, /*host_storage=*/false);
   ASSERT_TRUE(cache.ok()) << cache.status();

@@ -2,7 +2,8 @@
 // layer's attention runs on the pre-step pool, the cache settles all layers after the step, and
 // the emulated device pool (pool_mirror.h) must end each step exactly where the per-layer order
 // (attend, update, next layer) leaves it, equal to a brute-force FPA reference, with the retired
-// counts the kernels report agreeing with the cache's evictions.
+// counts the kernels report agreeing with the cache's evictions. The emulated pool is the cache's
+// device: it learns the step's edits only through cache::DevicePool, as the backend does.
 #include "kernels/cuda/decode_step.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "cache/kv_cache.h"
+#include "kernels/cuda/flat_edits.h"
 #include "tests/gpu/pool_mirror.h"
 
 namespace fpa::cuda {
@@ -55,6 +57,7 @@ class DecodeStepTest : public ::testing::Test {
     auto cache = cache::KvCache::create({kLayers, kHeads, 4, kSlots}, kPages, false);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
+    cache_->attach_device(&deferred_);
     for (int l = 0; l < kLayers; ++l) {
       betas_.push_back({1.0f + 0.5f * static_cast<float>(l), 0.5f});
       views_.emplace_back(betas_.back());
@@ -98,18 +101,21 @@ class DecodeStepTest : public ::testing::Test {
     PoolMirror per_layer = deferred_;  // the same pool, updated layer by layer below
     std::vector<int32_t> retired(kLayers, 0);
     for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
-    auto changes =
+    deferred_.forget_received();
+    const absl::Status settled =
         settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
-    EXPECT_TRUE(changes.ok()) << changes.status();
-    if (!changes.ok()) return 0;
-    for (const cache::LayerChanges& c : *changes) deferred_.apply(c);
+    EXPECT_TRUE(settled.ok()) << settled;
+    const auto& sent = deferred_.received().layers;  // what the cache sent, layer by layer
+    EXPECT_EQ(sent.size(), size_t{kLayers});
+    if (!settled.ok() || sent.size() != size_t{kLayers}) return 0;
     for (int l = 0; l < kLayers; ++l) {
+      EXPECT_EQ(sent[l].first, l);
       attend(per_layer, in, l, phi);
-      per_layer.apply((*changes)[l]);
+      per_layer.apply(l, sent[l].second);
     }
     for (const cache::BatchItem& item : items) cache_->unreserve(item.seq);
     check(per_layer);
-    return reused_across_layers(in, *changes);
+    return reused_across_layers(in, sent);
   }
 
   int attend(PoolMirror& pool, const KernelInputs& in, int l, const std::vector<float>& phi) {
@@ -148,7 +154,7 @@ class DecodeStepTest : public ::testing::Test {
   }
 
   int reused_across_layers(const KernelInputs& in,
-                           const std::vector<cache::LayerChanges>& changes) const {
+                           const std::vector<std::pair<int, cache::LayerEdits>>& sent) const {
     std::map<int32_t, int> owner;  // page -> the layer holding it when the step began
     const size_t per_layer = seqs_.size() * kHeads;
     for (size_t st = 0; st < in.tables.count.size(); ++st) {
@@ -158,7 +164,7 @@ class DecodeStepTest : public ::testing::Test {
     }
     int reused = 0;
     for (int l = 0; l < kLayers; ++l) {
-      for (int32_t page : changes[l].reset_pages) {
+      for (int32_t page : sent[l].second.reset_pages) {
         auto it = owner.find(page);
         reused += it != owner.end() && it->second != l;
       }
@@ -183,8 +189,9 @@ TEST_F(DecodeStepTest, DeferredUpdateEqualsThePerLayerOrderAndTheReference) {
 }
 
 // A fork of a device pool (the prefix cache's snapshot and hit) copies its keys on the device:
-// refused while no device is attached; attached, the copy holds its source's keys there and goes
-// on exactly as its source does (check() compares every sequence's device keys with the
+// refused while no device is attached; attached, the device receives a copy of every live key of
+// the source and a reset of every page the copy took, and the copy holds its source's keys there
+// and goes on exactly as its source does (check() compares every sequence's device keys with the
 // reference each step). Its pages come from a released sequence whose keys the device still
 // holds, so the fork must clear them first.
 TEST_F(DecodeStepTest, AForkReachesTheDeviceAndGoesOnAsItsSource) {
@@ -195,10 +202,26 @@ TEST_F(DecodeStepTest, AForkReachesTheDeviceAndGoesOnAsItsSource) {
   cache_->release(seqs_[0].id);
   seqs_.erase(seqs_.begin());
   const cache::SeqId source = seqs_[0].id;
+  cache_->attach_device(nullptr);
   EXPECT_EQ(cache_->fork(source).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cache_->stats().sequences, 1);
   cache_->attach_device(&deferred_);
+  deferred_.forget_received();
   const absl::StatusOr<cache::SeqId> fork = cache_->fork(source);
   ASSERT_TRUE(fork.ok()) << fork.status();
+  std::vector<int32_t> fork_pages;
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kHeads; ++h) {
+      const std::span<const int32_t> pages = cache_->pages(*fork, l, h);
+      fork_pages.insert(fork_pages.end(), pages.begin(), pages.end());
+    }
+  }
+  std::vector<int32_t> resets = deferred_.received().fork_resets;
+  std::ranges::sort(resets);
+  std::ranges::sort(fork_pages);
+  EXPECT_EQ(resets, fork_pages);
+  EXPECT_EQ(static_cast<int64_t>(deferred_.received().fork_copies.size()),
+            cache_->sequence_stats(source).live_keys);
   for (int l = 0; l < kLayers; ++l) {
     for (int h = 0; h < kHeads; ++h) {
       const std::set<int32_t> want = deferred_.live(cache_->pages(source, l, h));
@@ -210,7 +233,29 @@ TEST_F(DecodeStepTest, AForkReachesTheDeviceAndGoesOnAsItsSource) {
   copy.id = *fork;
   seqs_.push_back(std::move(copy));
   for (int t = 50; t < 120 && !HasFailure(); ++t) step();
+}
+
+// A device pool edits nothing while no device could take the edits: the step is refused before
+// the cache changes, so host and device still agree once one is attached.
+TEST_F(DecodeStepTest, AStepWithoutADeviceIsRefusedAndChangesNothing) {
+  std::mt19937 rng(3);
+  add_seq(8, rng);
+  const std::vector<int32_t> token{65};
+  const std::vector<cache::BatchItem> items{{seqs_[0].id, token, 0}};
+  auto layout = plan_batch(items, 259, false, kDims);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
+  std::vector<float> phi, lvl;
+  field(phi, lvl);
+  const std::vector<int32_t> retired(kLayers, 0);
   cache_->attach_device(nullptr);
+  const absl::Status refused =
+      settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("no device is attached"), std::string::npos) << refused;
+  EXPECT_EQ(cache_->sequence_stats(items[0].seq).live_keys, 0);
+  EXPECT_EQ(cache_->length(items[0].seq), 0);
+  cache_->unreserve(items[0].seq);
 }
 
 TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
@@ -227,13 +272,13 @@ TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
   std::vector<int32_t> retired(kLayers);
   for (int l = 0; l < kLayers; ++l) retired[l] = attend(deferred_, in, l, phi);
   retired[1] = 1;  // the device claims a key the cache (empty before this token) cannot evict
-  auto changes = settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
-  ASSERT_FALSE(changes.ok());
-  EXPECT_EQ(changes.status().code(), absl::StatusCode::kInternal);
-  EXPECT_NE(changes.status().message().find("layer 1: the cache evicted 0 keys, the device "
-                                            "retired 1"),
+  const absl::Status s =
+      settle_decode(*cache_, items, *layout, views_, {phi.data(), lvl.data()}, retired);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("layer 1: the cache evicted 0 keys, the device retired 1"),
             std::string::npos)
-      << changes.status();
+      << s;
 }
 
 TEST(DecodeStep, OnlyOneTokenItemsRunWithoutTheHost) {
@@ -242,13 +287,16 @@ TEST(DecodeStep, OnlyOneTokenItemsRunWithoutTheHost) {
   EXPECT_FALSE(decode_only(std::vector<cache::BatchItem>{{0, one, 3}, {1, two, 0}}));
 }
 
-TEST(DecodeStep, FlattenKeepsEachLayersEditsAndShiftsItsRows) {
-  std::vector<cache::LayerChanges> layers(2);
+// The backend's queue of what the cache sends (flat_edits.h): each kind in one array, each
+// layer's range in it, a decode step's writes moved to their layer's block of rows.
+TEST(FlatEdits, KeepEachLayersEditsAndShiftTheirRows) {
+  std::vector<cache::LayerEdits> layers(2);
   layers[0].reset_pages = {3};
   layers[0].writes = {{12, 1, 0, 5, 0.5f, 1.0f}};
   layers[1].writes = {{20, 1, 1, 5, 0.5f, 1.0f}, {21, 0, 0, 6, 0.5f, 1.0f}};
   layers[1].moves = {{21, 4}};
-  const FlatChanges flat = flatten(layers, 2);
+  FlatEdits flat;
+  for (int l = 0; l < 2; ++l) flat.append(layers[l], l * 2);  // two rows a layer
   EXPECT_EQ(flat.resets, (std::vector<int32_t>{3}));
   ASSERT_EQ(flat.writes.size(), 3u);
   EXPECT_EQ(flat.writes[0].row, 1);
@@ -260,6 +308,8 @@ TEST(DecodeStep, FlattenKeepsEachLayersEditsAndShiftsItsRows) {
   EXPECT_EQ(flat.layers[1].resets.count, 0);
   EXPECT_EQ(flat.layers[1].moves.first, 0);
   EXPECT_EQ(flat.layers[1].moves.count, 1);
+  flat.clear();
+  EXPECT_TRUE(flat.layers.empty() && flat.writes.empty() && flat.resets.empty());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The CUDA backend's host bookkeeping, without a device: batch checks, and one layer's eviction,
-// insertion and compaction mirrored into an emulated device pool (pool_mirror.h), compared step
-// by step with a brute-force FPA reference (docs/model-format.md "Eviction conventions").
+// insertion, compaction and forks sent to an emulated device pool (pool_mirror.h, attached as the
+// cache's cache::DevicePool), compared step by step with a brute-force FPA reference
+// (docs/model-format.md "Eviction conventions").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "cache/kv_cache.h"
+#include "cache/prefix_cache.h"
 #include "kernels/cuda/step_plan.h"
 #include "tests/gpu/pool_mirror.h"
 
@@ -194,6 +196,7 @@ class MirrorTest : public ::testing::Test {
   void SetUp() override {
     cache_ = make_cache(40);
     mirror_ = std::make_unique<PoolMirror>(40, kPageSlots);
+    cache_->attach_device(mirror_.get());  // the only way the mirror learns the cache's edits
   }
 
   std::unique_ptr<Seq> start(cache::Policy policy, int n, std::mt19937& rng) {
@@ -229,13 +232,14 @@ class MirrorTest : public ::testing::Test {
                         items[i].start_pos, rows.cmin[last * kHeads + h], thr[st]);
       }
     }
-    auto update = cache::apply_layer(*cache_, 0, items, beta_, rows.view());
-    ASSERT_TRUE(update.ok()) << update.status();
+    mirror_->forget_received();
+    auto evicted = cache::apply_layer(*cache_, 0, items, beta_, rows.view());
+    ASSERT_TRUE(evicted.ok()) << evicted.status();
     for (const cache::BatchItem& item : items) cache_->unreserve(item.seq);
     EXPECT_EQ(cache_->stats().pages_reserved, 0);
-    mirror_->apply(*update);
-    moves_ += update->moves.size();
-    resets_ += update->reset_pages.size();
+    ASSERT_EQ(mirror_->received().layers.size(), 1u);
+    moves_ += mirror_->received().layers[0].second.moves.size();
+    resets_ += mirror_->received().layers[0].second.reset_pages.size();
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq& s = *seqs[i];
       int64_t live = 0;
@@ -270,8 +274,8 @@ class MirrorTest : public ::testing::Test {
 
   float tau_ = 2.0f;
   std::vector<float> beta_{1.0f, 0.5f};
-  std::unique_ptr<cache::KvCache> cache_;
   std::unique_ptr<PoolMirror> mirror_;
+  std::unique_ptr<cache::KvCache> cache_;
   size_t moves_ = 0, resets_ = 0;
 };
 
@@ -287,6 +291,38 @@ TEST_F(MirrorTest, DevicePoolFollowsTheCacheThroughChunksDecodeAndCompaction) {
   }
   EXPECT_GT(resets_, 0u);
   EXPECT_GT(moves_, 0u) << "the walk should leave sparse pages to compact";
+}
+
+// The prefix cache's snapshot and hit are forks of the device pool: the mirror learns them
+// through the same interface, on pages a released sequence left keys on, and the hit goes on
+// exactly as the sequence it was cached from (step() checks every sequence's device keys against
+// the reference).
+TEST_F(MirrorTest, DevicePoolFollowsThePrefixCachesSnapshotAndHit) {
+  std::mt19937 rng(13);
+  std::vector<std::unique_ptr<Seq>> seqs;
+  seqs.push_back(start(cache::Policy::kFpa, 30, rng));
+  run(seqs);
+  cache_->release(seqs[0]->id);
+  seqs.clear();
+  std::unique_ptr<Seq> a = start(cache::Policy::kFpa, 40, rng);
+  while (a->chunks[a->next] > 1 && !HasFatalFailure()) step({a.get()});
+  ASSERT_FALSE(HasFatalFailure());
+  const cache::PolicyConfig policy{.policy = cache::Policy::kFpa, .tau = tau_};
+  const std::span<const int32_t> prompt = std::span(a->tokens).first(a->pos);
+  cache::PrefixCache prefixes(*cache_, 20);
+  mirror_->forget_received();
+  ASSERT_TRUE(prefixes.offer(a->id, prompt, policy));
+  const std::optional<cache::PrefixCache::Hit> hit = prefixes.take(prompt, policy);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, a->pos);
+  EXPECT_FALSE(mirror_->received().fork_copies.empty());
+  EXPECT_FALSE(mirror_->received().fork_resets.empty());
+  auto b = std::make_unique<Seq>(*a);
+  b->id = hit->seq;
+  seqs.push_back(std::move(a));
+  seqs.push_back(std::move(b));
+  run(seqs);
+  for (auto& s : seqs) cache_->release(s->id);
 }
 
 TEST_F(MirrorTest, KeysDyingInsideTheirChunkAreNeverInserted) {
