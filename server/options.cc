@@ -107,7 +107,8 @@ const std::vector<Flag>& flags() {
          return true;
        }},
       {"prefix-cache", "F",
-       "share of the KV pool cached prompt prefixes may hold; 0 turns the prefix cache off [0.5]",
+       "share of the KV pool cached prompt prefixes may hold; 0 turns the prefix cache off [0.5 on "
+       "cpu, 0 on cuda]",
        [](ServeOptions& o, absl::string_view v) {
          double x;
          if (!absl::SimpleAtod(v, &x) || !(x >= 0 && x <= 1)) return false;

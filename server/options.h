@@ -28,11 +28,11 @@ struct ServeOptions {
   int max_new_tokens = 4096;
   int prefill_chunk = 256;
   double cache_watermark = 0.01;  // share of the pool admission leaves free
-  // Share of the pool cached prefixes may hold; 0 = off. Absent: kDefaultPrefixCacheShare where
-  // the backend can fork the model's state, off where it cannot (server/main.cc). On by default
-  // as vLLM's: snapshots are reclaimable (admission counts them free, the planner drops them
-  // before it preempts) and a finished request's sequence is its own snapshot, no copy; measured
-  // beside --prefix-cache 0 in bench/RESULTS.md.
+  // Share of the pool cached prefixes may hold; 0 = off. Absent: kDefaultPrefixCacheShare on the
+  // CPU backend, off on CUDA's (server/main.cc). On by default as vLLM's: snapshots are
+  // reclaimable (admission counts them free, the planner drops them before it preempts) and a
+  // finished request's sequence is its own snapshot, no copy; measured beside --prefix-cache 0 in
+  // bench/RESULTS.md.
   std::optional<double> prefix_cache;
   std::optional<float> tau;          // the model's tau when absent
   int threads = 0;                   // 0 = every core
