@@ -73,16 +73,33 @@ FPA_VNNI_TARGET void dequantize(const int32_t* acc, int count, const int32_t* of
 // T tokens (rows of x `stride` bytes apart) against one block of 64 outputs in oneDNN's VNNI
 // layout: per quad of inputs, 64 outputs x 4 inputs are four registers, each a vpdpbusd step of
 // 16 outputs with a token's quad broadcast. acc[t] gets the block's 64 int32 sums.
+// What a pass over one block prefetches. A block read by one token tile streams its own lines
+// 2 KiB ahead (the prefetcher alone lags). Read by several, the block is in L2 after the first
+// pass: every pass then pulls its share of the NEXT block's lines (tile i of n, quad q: lines
+// [(i * quads + q) * 4 / n, (i * quads + q + 1) * 4 / n)), so DRAM streams while the passes
+// compute; else it idles through the passes that re-read the block.
+struct Ahead {
+  const int8_t* next = nullptr;  // the next block, or null: its own lines ahead
+  int tile = 0, tiles = 1;
+};
+
 template <int T>
 FPA_VNNI_TARGET void dot_block_tokens(const int8_t* wb, int quads, const uint8_t* x, int stride,
-                                      int32_t (*acc)[64]) {
+                                      Ahead ahead, int32_t (*acc)[64]) {
   __m512i a[T][4];
   for (auto& row : a) {
     for (__m512i& v : row) v = _mm512_setzero_si512();
   }
   for (int q = 0; q < quads; ++q) {
     const int8_t* wq = wb + q * 256;
-    __builtin_prefetch(wq + 2048);  // 2 KiB ahead, as the bf16 kernel: the prefetcher lags
+    if (ahead.next == nullptr) {
+      __builtin_prefetch(wq + 2048);
+    } else {
+      const int at = ahead.tile * quads + q;
+      for (int line = at * 4 / ahead.tiles; line < (at + 1) * 4 / ahead.tiles; ++line) {
+        __builtin_prefetch(ahead.next + 64 * line);
+      }
+    }
     __m512i w[4];
     for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(wq + 64 * j);
     for (int t = 0; t < T; ++t) {
@@ -97,7 +114,7 @@ FPA_VNNI_TARGET void dot_block_tokens(const int8_t* wb, int quads, const uint8_t
   }
 }
 
-using DotFn = void (*)(const int8_t*, int, const uint8_t*, int, int32_t (*)[64]);
+using DotFn = void (*)(const int8_t*, int, const uint8_t*, int, Ahead, int32_t (*)[64]);
 constexpr std::array<DotFn, kTile> kDot = {&dot_block_tokens<1>, &dot_block_tokens<2>,
                                            &dot_block_tokens<3>, &dot_block_tokens<4>};
 
@@ -107,13 +124,16 @@ void gemv_blocks(const Int8Matrix& w, const uint8_t* x, const float* sx, int n, 
                  int b1, bool accumulate) {
   const auto* bits = static_cast<const int8_t*>(w.packed().get_data_handle());
   const int stride = static_cast<int>(w.block() / 64);
+  const int tiles = (n + kTile - 1) / kTile;
   for (int b = b0; b < b1; ++b) {
     const int n0 = b * 64, count = std::min(64, w.rows() - n0);
     for (int t0 = 0; t0 < n; t0 += kTile) {
       const int tile = std::min(kTile, n - t0);
+      const Ahead ahead{tiles > 1 && b + 1 < b1 ? bits + (b + 1) * w.block() : nullptr, t0 / kTile,
+                        tiles};
       int32_t acc[kTile][64];
       kDot[tile - 1](bits + b * w.block(), stride / 4, x + static_cast<long>(t0) * stride, stride,
-                     acc);
+                     ahead, acc);
       for (int t = 0; t < tile; ++t) {
         dequantize(acc[t], count, w.offset() + n0, w.scale() + n0, sx[t0 + t],
                    y + static_cast<long>(t0 + t) * w.rows() + n0, accumulate);
