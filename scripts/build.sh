@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Paths relative to the checkout, so ccache serves another clone of the same sources.
 export CCACHE_BASEDIR="$PWD"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# FPA_TSAN_TESTS explicitly: a build folder configured before it defaulted to ON keeps OFF cached.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFPA_TSAN_TESTS=ON >/dev/null
 if (($#)); then
   cmake --build build -j"$(nproc)" --target "$@"
 else
