@@ -113,8 +113,9 @@ void OpenAiApi::tokenizer_call(http::Exchange& exchange, bool encode) const {
 
 // One scheduler request per choice: each prompt validated, then n samples of it. A seeded
 // request's choice j samples with seed + j (as vLLM's), an unseeded one's with fresh seeds.
-// TODO(issue 24): the n samples each prefill the prompt (shared only through the prefix cache,
-// when on); forking one prefilled sequence in the KV cache would save n - 1 prefills.
+// TODO(issue 24): the n samples each prefill the prompt. The prefix cache does not share it: the
+// prompt's snapshot holds every prompt token and a sample needs the last one's logits; keeping
+// those logits with the snapshot would save n - 1 prefills (and serve a repeated prompt).
 absl::StatusOr<std::vector<std::shared_ptr<Request>>> OpenAiApi::choices_of(
     const CompletionRequest& req) {
   std::vector<std::shared_ptr<Request>> out;
