@@ -25,6 +25,7 @@ constexpr int kHeads = 2;
 constexpr int kSlots = 4;
 constexpr int kPages = 200;
 const ModelDims kDims{259, kLayers, kHeads, 4};
+const std::vector<int32_t> kToken{65};  // every step's token (the tests feed their own field)
 
 // One stream's field: a random walk with free levels that falls often, so keys die steadily.
 struct Walk {
@@ -72,6 +73,15 @@ class DecodeStepTest : public ::testing::Test {
     for (int i = 0; i < kLayers * kHeads; ++i) s.streams.push_back({Walk(n, rng), {}});
   }
 
+  // A new sequence's first decode token, reserved in the cache: the step's settle comes next.
+  std::vector<cache::BatchItem> reserve_first_token(uint32_t seed) {
+    std::mt19937 rng(seed);
+    add_seq(8, rng);
+    std::vector<cache::BatchItem> items{{seqs_.back().id, kToken, 0}};
+    EXPECT_TRUE(cache_->reserve(items[0].seq, 1));
+    return items;
+  }
+
   // The field rows of the step, [layer][row][head], as the device's field kernel writes them.
   void field(std::vector<float>& phi, std::vector<float>& lvl) {
     for (int l = 0; l < kLayers; ++l) {
@@ -88,9 +98,8 @@ class DecodeStepTest : public ::testing::Test {
   // order and the reference. Returns pages one layer's update took that another layer held when
   // the step began (the reuse that makes the update order matter).
   int step() {
-    const std::vector<int32_t> token{65};
     std::vector<cache::BatchItem> items;
-    for (Seq& s : seqs_) items.push_back({s.id, token, s.pos});
+    for (Seq& s : seqs_) items.push_back({s.id, kToken, s.pos});
     auto layout = plan_batch(items, items.size() * 259, false, kDims);
     EXPECT_TRUE(layout.ok()) << layout.status();
     for (const cache::BatchItem& item : items) EXPECT_TRUE(cache_->reserve(item.seq, 1));
@@ -238,13 +247,10 @@ TEST_F(DecodeStepTest, AForkReachesTheDeviceAndGoesOnAsItsSource) {
 // A device pool edits nothing while no device could take the edits: the step is refused before
 // the cache changes, so host and device still agree once one is attached.
 TEST_F(DecodeStepTest, AStepWithoutADeviceIsRefusedAndChangesNothing) {
-  std::mt19937 rng(3);
-  add_seq(8, rng);
-  const std::vector<int32_t> token{65};
-  const std::vector<cache::BatchItem> items{{seqs_[0].id, token, 0}};
+  const std::vector<cache::BatchItem> items = reserve_first_token(3);
+  ASSERT_FALSE(HasFailure());  // the reservation
   auto layout = plan_batch(items, 259, false, kDims);
   ASSERT_TRUE(layout.ok());
-  ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
   std::vector<float> phi, lvl;
   field(phi, lvl);
   const std::vector<int32_t> retired(kLayers, 0);
@@ -259,13 +265,10 @@ TEST_F(DecodeStepTest, AStepWithoutADeviceIsRefusedAndChangesNothing) {
 }
 
 TEST_F(DecodeStepTest, DisagreementWithTheDeviceStopsTheStep) {
-  std::mt19937 rng(9);
-  add_seq(8, rng);
-  const std::vector<int32_t> token{65};
-  const std::vector<cache::BatchItem> items{{seqs_[0].id, token, 0}};
+  const std::vector<cache::BatchItem> items = reserve_first_token(9);
+  ASSERT_FALSE(HasFailure());  // the reservation
   auto layout = plan_batch(items, 259, false, kDims);
   ASSERT_TRUE(layout.ok());
-  ASSERT_TRUE(cache_->reserve(items[0].seq, 1));
   const KernelInputs in = kernel_inputs(items, views_, *cache_);
   std::vector<float> phi, lvl;
   field(phi, lvl);
