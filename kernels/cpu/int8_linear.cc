@@ -70,9 +70,6 @@ FPA_VNNI_TARGET void dequantize(const int32_t* acc, int count, const int32_t* of
   }
 }
 
-// T tokens (rows of x `stride` bytes apart) against one block of 64 outputs in oneDNN's VNNI
-// layout: per quad of inputs, 64 outputs x 4 inputs are four registers, each a vpdpbusd step of
-// 16 outputs with a token's quad broadcast. acc[t] gets the block's 64 int32 sums.
 // What a pass over one block prefetches. A block read by one token tile streams its own lines
 // 2 KiB ahead (the prefetcher alone lags). Read by several, the block is in L2 after the first
 // pass: every pass then pulls its share of the NEXT block's lines (tile i of n, quad q: lines
@@ -83,6 +80,9 @@ struct Ahead {
   int tile = 0, tiles = 1;
 };
 
+// T tokens (rows of x `stride` bytes apart) against one block of 64 outputs in oneDNN's VNNI
+// layout: per quad of inputs, 64 outputs x 4 inputs are four registers, each a vpdpbusd step of
+// 16 outputs with a token's quad broadcast. acc[t] gets the block's 64 int32 sums.
 template <int T>
 FPA_VNNI_TARGET void dot_block_tokens(const int8_t* wb, int quads, const uint8_t* x, int stride,
                                       Ahead ahead, int32_t (*acc)[64]) {
