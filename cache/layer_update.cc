@@ -12,7 +12,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 }  // namespace
 
 // The one place a step's stream edits are made (StreamEditor names it its friend), and the one
-// place they leave for the device: collected as they are made, sent once the layer is done.
+// place they leave for the device: collected as they are made, sent once the layer is done (not
+// collected where no device takes them: the CPU backend's pool is the host's own).
 class LayerWriter {
  public:
   LayerWriter(KvCache& cache, int layer, const LayerRows& rows)
@@ -21,7 +22,7 @@ class LayerWriter {
   // Checked before any edit: a device-resident pool with no device must not change at all.
   absl::Status device_status() const { return device_.status(); }
   void send() const {
-    if (*device_ != nullptr) (*device_)->apply(layer_, out_);
+    if (sends()) (*device_)->apply(layer_, out_);
   }
 
   float at(const float* values, int row, int head) const {
@@ -30,21 +31,23 @@ class LayerWriter {
 
   // One key of row `row` at `pos`, running minimum `m`.
   absl::Status insert(SeqId seq, int head, int row, int32_t pos, float m) {
-    const size_t pages_before = cache_.pages(seq, layer_, head).size();
+    const size_t pages_before = sends() ? cache_.pages(seq, layer_, head).size() : 0;
     const float lvl = at(rows_.lvl, row, head);
     const long kv = row * rows_.kv_stride + static_cast<long>(head) * cache_.shape().head_dim;
     absl::StatusOr<SlotRef> slot =
         cache_.insert(seq, layer_, head, pos, lvl, rows_.k ? rows_.k + kv : nullptr,
                       rows_.v ? rows_.v + kv : nullptr, m);
     if (!slot.ok()) return slot.status();
-    if (cache_.pages(seq, layer_, head).size() > pages_before) {
+    if (sends() && cache_.pages(seq, layer_, head).size() > pages_before) {
       out_.reset_pages.push_back(slot->page);
     }
     if (rows_.acc != nullptr && rows_.k != nullptr) {
       cache_.page(slot->page).acc[slot->slot] = at(rows_.acc, row, head);
     }
-    out_.writes.push_back(
-        KeyWrite{slot->page * cache_.shape().page_slots + slot->slot, row, head, pos, lvl, m});
+    if (sends()) {
+      out_.writes.push_back(
+          KeyWrite{slot->page * cache_.shape().page_slots + slot->slot, row, head, pos, lvl, m});
+    }
     return absl::OkStatus();
   }
 
@@ -96,6 +99,10 @@ class LayerWriter {
   }
 
   void compact(SeqId seq, int head) {
+    if (!sends()) {
+      cache_.compact(seq, layer_, head);
+      return;
+    }
     const int slots = cache_.shape().page_slots;
     cache_.compact(seq, layer_, head, [&](SlotRef from, SlotRef to) {
       out_.moves.push_back(SlotMove{from.page * slots + from.slot, to.page * slots + to.slot});
@@ -103,6 +110,8 @@ class LayerWriter {
   }
 
  private:
+  bool sends() const { return device_.ok() && *device_ != nullptr; }
+
   KvCache& cache_;
   const int layer_;
   const LayerRows& rows_;
