@@ -39,6 +39,24 @@ float penalty(Penalty p, float lvl, float m) {
   return excess >= p.threshold ? kInf : p.beta * std::max(0.0f, excess);
 }
 
+// penalty() of 16 keys.
+[[gnu::always_inline]] inline Lanes penalty(Penalty p, Lanes lvl, Lanes m) {
+  const Lanes zero = Lanes{};
+  if (!(p.beta > 0.0f)) return zero;
+  const Lanes excess = lvl - m;
+  return excess >= p.threshold ? zero + kInf : p.beta * (excess > zero ? excess : zero);
+}
+
+// 16 entries of a page's per-slot array from slot j0, w (<= 16) of them real and the rest `fill`.
+template <typename V, typename T>
+[[gnu::always_inline]] inline V load_slots(const T* p, int w, T fill) {
+  alignas(64) T tmp[16];
+  if (w < 16) std::fill_n(std::copy_n(p, w, tmp), 16 - w, fill), p = tmp;
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 // exp(x) for x = score - max <= 0. Below -80 the term is < 1e-34 of the largest one (which adds
 // 1 to the sum) and cannot change a float sum; returning 0 skips libm's slow underflow path,
 // which strong penalties hit often.
@@ -86,9 +104,18 @@ class QueryRow {
   // K: float (float32 pages) or uint16_t (bf16 pages), widened as it is loaded.
   template <typename K>
   [[gnu::always_inline]] float dot(const K* key) const {
-    Lanes acc = q_[0] * load(key);
-    for (int k = 1; k < kN; ++k) acc += q_[k] * load(key + 16 * k);
-    return hsum(acc);
+    return hsum(products(key));
+  }
+  // The dot products of the first w (<= 16) of 16 consecutive key rows; lanes past w are 0.
+  // before(j) runs before row j is read.
+  template <typename K, typename F>
+  [[gnu::always_inline]] Lanes dot16(const K* keys, int w, F before) const {
+    Lanes a[16];
+    for (int j = 0; j < 16; ++j) {
+      if (j < w) before(j);
+      a[j] = j < w ? products(keys + j * D) : Lanes{};
+    }
+    return hsum16(a);
   }
   template <typename K>
   [[gnu::always_inline]] void add(float p, const K* v) {
@@ -105,6 +132,13 @@ class QueryRow {
   }
 
  private:
+  template <typename K>
+  [[gnu::always_inline]] Lanes products(const K* key) const {
+    Lanes acc = q_[0] * load(key);
+    for (int k = 1; k < kN; ++k) acc += q_[k] * load(key + 16 * k);
+    return acc;
+  }
+
   Lanes q_[kN], row_[kN];
 };
 
@@ -117,6 +151,12 @@ class QueryRow<0> {
   // bf16 rows are widened first, so that the sums run as they do over float32 rows.
   float dot(const uint16_t* key) const { return dot(widen(key)); }
   void add(float p, const uint16_t* v) { add(p, widen(v)); }
+  template <typename K, typename F>
+  Lanes dot16(const K* keys, int w, F before) const {
+    Lanes d{};
+    for (int j = 0; j < w; ++j) before(j), d[j] = dot(keys + static_cast<long>(j) * dim_);
+    return d;
+  }
   void rescale(float c) {
     for (float& x : row_) x *= c;
   }
@@ -195,21 +235,19 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
     prefetch_field(ahead);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
+      // The 16 keys at once: a free slot's row may hold anything, even NaN bits, so its score is
+      // chosen over, never computed with.
+      const Ints live = load_slots<Ints>(pv.pos + j0, w, -1) >= 0;
+      const Lanes m_old = load_slots<Lanes>(pv.m + j0, w, kInf);
+      const Lanes m = live & (m_old > phi) ? Lanes{} + phi : m_old;
+      std::memcpy(pv.m + j0, &m, w * sizeof(float));
+      const Lanes dots = query.dot16(k_rows + static_cast<long>(j0) * dim, w,
+                                     [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim); });
+      const Lanes scored = dots * scale - penalty(pen, load_slots<Lanes>(pv.lvl + j0, w, 0.0f), m);
       alignas(64) float sc[16];
-      float block_max = -kInf;
-      for (int j = 0; j < 16; ++j) {
-        const int slot = j0 + j;
-        if (j < w) prefetch_slot<K>(ahead, slot, dim);
-        if (j >= w || pv.pos[slot] < 0) {
-          sc[j] = -kInf;
-          continue;
-        }
-        pv.m[slot] = std::min(pv.m[slot], phi);
-        sc[j] = query.dot(k_rows + static_cast<long>(slot) * dim) * scale -
-                penalty(pen, pv.lvl[slot], pv.m[slot]);
-        block_max = std::max(block_max, sc[j]);
-      }
+      store(sc, live ? scored : Lanes{} - kInf);
       if (s != nullptr) std::copy_n(sc, w, s + p * ps + j0);
+      const float block_max = hmax(load(sc));
       if (block_max == -kInf) continue;
       if (block_max > mx) {
         const float shrink = exp_nonpositive(mx - block_max);

@@ -32,6 +32,9 @@ typedef float Lanes __attribute__((vector_size(64)));
   return v;
 }
 
+// 16 int32 lanes, for masks and slot positions.
+typedef int32_t Ints __attribute__((vector_size(64)));
+
 [[gnu::always_inline]] inline float hsum(Lanes v) {
   typedef float Half __attribute__((vector_size(32)));
   typedef float Quarter __attribute__((vector_size(16)));
@@ -42,11 +45,48 @@ typedef float Lanes __attribute__((vector_size(64)));
   return (q[0] + q[1]) + (q[2] + q[3]);
 }
 
+// The largest lane.
+[[gnu::always_inline]] inline float hmax(Lanes v) {
+  float m = v[0];
+  for (int i = 1; i < 16; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// hsum of each of 16 vectors at once, out[j] = hsum(v[j]) bit for bit (the same additions in
+// the same order): a tree of shuffles and adds, about 2 operations per vector where hsum takes 7.
+[[gnu::always_inline]] inline Lanes hsum16(const Lanes (&v)[16]) {
+  Lanes u[8], x[4], y[2];
+  // Lanes i + (i + 8): u[j] holds vector j's 8 sums, then vector j + 8's.
+  for (int j = 0; j < 8; ++j) {
+    u[j] = __builtin_shufflevector(v[j], v[j + 8], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21,
+                                   22, 23) +
+           __builtin_shufflevector(v[j], v[j + 8], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28,
+                                   29, 30, 31);
+  }
+  // Then i + (i + 4): x[j] holds 4 sums each of vectors j, j + 4, j + 8, j + 12.
+  for (int j = 0; j < 4; ++j) {
+    x[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
+                                   26, 27) +
+           __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28,
+                                   29, 30, 31);
+  }
+  // Then (0 + 1) and (2 + 3) of each 4: y[j] holds 2 sums of vectors j, j + 2, ..., j + 14.
+  for (int j = 0; j < 2; ++j) {
+    y[j] = __builtin_shufflevector(x[j], x[j + 2], 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12,
+                                   14, 28, 30) +
+           __builtin_shufflevector(x[j], x[j + 2], 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13,
+                                   15, 29, 31);
+  }
+  return __builtin_shufflevector(y[0], y[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14,
+                                 30) +
+         __builtin_shufflevector(y[0], y[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15,
+                                 31);
+}
+
 // exp of 16 lanes at once (Cephes' expf polynomial, within 2 ulp) for x <= 88, with a cut: lanes
 // below -80 (-inf among them) give 0, a term < 1e-34 of a largest term of 1. A libm call per
 // value would also spill the registers of the loop around it.
 [[gnu::always_inline]] inline Lanes exp_lanes(Lanes x) {
-  typedef int32_t Ints __attribute__((vector_size(64)));
   const Lanes zero = Lanes{} + 0.0f;
   const Lanes c = x < -80.0f ? zero - 80.0f : x;
   // 2^n * exp(r), n = round(x / ln 2): the magic constant rounds to the nearest integer.

@@ -14,6 +14,7 @@
 #include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
@@ -422,7 +423,54 @@ TEST_P(DecodeTest, LastQueryMassOverwritesAcc) {
   }
 }
 
+// Free slots may hold any bits (a freed key's, or NaN): the decode kernel scores 16 slots at once
+// and must choose their scores away, never compute with them, nor touch their m. 24 slots a
+// page: a full block of 16 and a block of 8.
+TEST_P(DecodeTest, FreeSlotsHoldingNaNNeitherCountNorChange) {
+  const int dim = GetParam(), n = 30, slots = 24;
+  const std::vector<float> k = randn(n * dim, 41), v = randn(n * dim, 42), q = randn(dim, 43);
+  const std::vector<float> lvl = randn(n, 44);
+  Pages pages(2, slots, dim);
+  std::fill(pages.k.begin(), pages.k.end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(pages.v.begin(), pages.v.end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(pages.m.begin(), pages.m.end(), 7.0f);
+  const float phi = 0.1f, beta = 0.9f;
+  std::vector<const float*> ks, vs;
+  std::vector<double> pen;
+  for (int j = 0; j < n; ++j) {
+    const int at = 2 * j - j / 3;  // gaps throughout both pages
+    if (j < n - 1) pages.put(at, j, &k[j * dim], &v[j * dim], lvl[j], 0.3f);
+    ks.push_back(&k[j * dim]);
+    vs.push_back(&v[j * dim]);
+    pen.push_back(j == n - 1 ? 0.0 : beta * std::max(0.0f, lvl[j] - phi));
+  }
+  std::vector<float> out(dim);
+  const OwnKey own{&k[(n - 1) * dim], &v[(n - 1) * dim]};
+  decode_attention(q.data(), phi, own, Penalty{beta}, dim, pages.keys(), out.data());
+  const std::vector<double> ref = direct(q.data(), ks, vs, pen, dim);
+  for (int i = 0; i < dim; ++i) EXPECT_NEAR(out[i], ref[i], 1e-5) << i;
+  for (size_t at = 0; at < pages.pos.size(); ++at) {
+    EXPECT_EQ(pages.m[at], pages.pos[at] >= 0 ? phi : 7.0f) << at;
+    if (pages.pos[at] < 0) {
+      EXPECT_EQ(pages.acc[at], 0.0f) << at;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
+
+// The decode kernel's 16 sums at once equal 16 single sums bit for bit, so scoring 16 keys at a
+// time moved no score.
+TEST(Lanes, Hsum16EqualsEachHsum) {
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const std::vector<float> x = randn(16 * 16, seed, 1e3f);
+    Lanes v[16];
+    for (int j = 0; j < 16; ++j) v[j] = load(&x[16 * j]) * load(&x[(16 * j + 37) % 240]);
+    const Lanes sums = hsum16(v);
+    for (int j = 0; j < 16; ++j)
+      EXPECT_EQ(std::bit_cast<uint32_t>(sums[j]), std::bit_cast<uint32_t>(hsum(v[j]))) << j;
+  }
+}
 
 // The mass a chunk records under `mass`, from zero: cached keys' acc, then the chunk keys'.
 std::vector<float> chunk_mass(cache::MassRule::Mode mode, int begin, int end) {
