@@ -30,7 +30,10 @@ What it does, all under bench/out/llama_cpp/ (git-ignored):
      (bench/decode_tokens.h), the same number of timed steps, fastest window.
   5. The machine's limits, measured on it at the start (build/bench/fpa-machine-limits): read
      bandwidth over buffers of 4 MiB to 1 GiB (from the last-level cache to DRAM), oneDNN's
-     f32 / bf16 / int8 product rates, the CPU's model, cache sizes and features.
+     f32 / bf16 / int8 product rates, the CPU's model, cache sizes and features. DRAM's read
+     bandwidth again just before and just after every side's run (a shared machine's drifted
+     from 56 to 81 GB/s within an hour here): a side whose bytes exceed the last-level cache is
+     held to the start's curve scaled to the mean of the two.
 Prints the limits, then a markdown table: tokens/s of each side, ratios to llama.cpp (its f32
 configuration, its Q8_0 and its fastest), and each side's fraction of the limit that applies
 (decode: bytes of weights + keys and values read per step over the read bandwidth measured at
@@ -213,11 +216,25 @@ def run_llama(lib: str, driver: str, gguf: str, flags: list, batch: int, context
     return json.loads(out.splitlines()[-1])
 
 
-def machine_limits(bench: str, threads: int) -> dict:
+def machine_limits(bench: str, threads: int, *flags: str) -> dict:
     """build/bench/fpa-machine-limits (beside the decode bench): the CPU, read GB/s by buffer
     MiB, oneDNN's product GFLOP/s."""
     tool = os.path.join(os.path.dirname(bench), "fpa-machine-limits")
-    return json.loads(sh([tool, f"--threads={threads}"]).splitlines()[-1])
+    return json.loads(sh([tool, f"--threads={threads}", *flags]).splitlines()[-1])
+
+
+def dram_gbps(bench: str, threads: int) -> float:
+    """DRAM's read bandwidth now: a 1 GiB buffer, about 2 s."""
+    lim = machine_limits(bench, threads, "--products=false", "--read_mib=1024", "--seconds=0.3")
+    return lim["read_gbps"]["1024"]
+
+
+def beside_dram(run, bench: str, threads: int) -> dict:
+    """run()'s result with the DRAM bandwidth measured just before and just after it."""
+    before = dram_gbps(bench, threads)
+    r = run()
+    r["dram_gbps"] = [before, dram_gbps(bench, threads)]
+    return r
 
 
 def limits_lines(lim: dict) -> list[str]:
@@ -268,10 +285,19 @@ def step_bytes(size: tuple[int, int], name: str, r: dict, steps: int) -> float:
     return params * WEIGHT_BYTES[wfmt] + r["batch"] * kv * kvbytes
 
 
+def side_bandwidth(lim: dict, nbytes: float, r: dict) -> float:
+    """read_bandwidth() for a side's run: past the last-level cache, scaled to the DRAM
+    bandwidth measured beside the run (the mean of before and after)."""
+    bw = read_bandwidth(lim, nbytes)
+    if nbytes <= lim["cpu"]["l3_bytes"] or "dram_gbps" not in r:
+        return bw
+    return bw * sum(r["dram_gbps"]) / 2 / lim["read_gbps"]["1024"]
+
+
 def decode_fraction(size: tuple[int, int], name: str, r: dict, steps: int, lim: dict) -> float:
-    """Bytes per step times steps/s over the read bandwidth at that many bytes."""
+    """Bytes per step times steps/s over the read bandwidth at that many bytes, beside the run."""
     per_step = step_bytes(size, name, r, steps)
-    return per_step * r["tokens_per_s"] / r["batch"] / read_bandwidth(lim, per_step)
+    return per_step * r["tokens_per_s"] / r["batch"] / side_bandwidth(lim, per_step, r)
 
 
 def prefill_fraction(shape: str, name: str, r: dict, lim: dict) -> float:
@@ -293,7 +319,7 @@ def sides(shape: str, batch: int, context: int, models: dict, lib: str, driver: 
     for name, (dtype, flags) in LLAMA.items():
         out.append((name, lambda d=dtype, f=flags: run_llama(lib, driver, m[d], f, batch,
                                                              context, a)))
-    return out
+    return [(name, lambda run=run: beside_dram(run, a.bench, a.threads)) for name, run in out]
 
 
 def best(old: dict | None, new: dict) -> dict:
@@ -340,7 +366,9 @@ def decode_cells(r: dict, a, lim: dict) -> tuple[dict, list[str]]:
     allowed = (step_bytes(size, fastest, s[fastest], a.steps)
                / step_bytes(size, "ours fpa", s["ours fpa"], a.steps))
     frac = [decode_fraction(size, k, s[k], a.steps, lim) for k in SIDES]
-    return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s",
+    dram = [x for k in SIDES for x in s[k].get("dram_gbps", [])]
+    beside = f"; DRAM {min(dram):.0f}-{max(dram):.0f} GB/s beside the runs" if dram else ""
+    return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s{beside}",
                f"{v['ours fpa'] / v[fastest] / allowed:.2f} ({allowed:.2f}x allowed)",
                " / ".join(f"{f:.2f}" for f in frac)]
 
