@@ -64,6 +64,8 @@ class CpuBackend : public Backend {
   template <class Packed>
   void pack_weights(absl::flat_hash_map<const Matrix*, Packed>& packed);
   void linear(const float* x, int n, const Matrix& w, float* y, bool accumulate = false);
+  using Product = std::pair<const Matrix*, float*>;
+  void linear_each(const float* x, int n, std::initializer_list<Product> products);
   absl::Status validate(const Batch& b, std::span<float> logits, const ForwardTrace* t) const;
   void resize(int n);
   absl::Status attention_block(int l, const Batch& b);
@@ -114,6 +116,19 @@ void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool a
   } else {
     cpu::linear(x, n, w, y, &pool_, accumulate);
   }
+}
+
+// Several products of one input: in one pass over the pool where every matrix is int8, else one
+// by one.
+void CpuBackend::linear_each(const float* x, int n, std::initializer_list<Product> products) {
+  std::vector<cpu::Int8Output> outs;
+  for (const auto& [w, y] : products) {
+    auto it = int8_.find(w);
+    if (it == int8_.end()) break;
+    outs.push_back({&it->second, y});
+  }
+  if (outs.size() == products.size()) return cpu::linear_int8(x, n, outs, &pool_);
+  for (const auto& [w, y] : products) linear(x, n, *w, y);
 }
 
 absl::Status CpuBackend::validate(const Batch& b, std::span<float> logits,
@@ -209,9 +224,7 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
 // q, k, v (RoPE for softmax models) and the field's increments d and level offsets u.
 void CpuBackend::project(const LayerWeights& w, const Batch& b, int l) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
-  linear(x_.data(), n, w.wq, q_.data());
-  linear(x_.data(), n, w.wk, k_.data());
-  linear(x_.data(), n, w.wv, v_.data());
+  linear_each(x_.data(), n, {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}});
   if (c_.k_shift) shift(w.k_shift, k_.data(), b, l, 0);
   if (c_.v_shift) shift(w.v_shift, v_.data(), b, l, 1);
   if (c_.qk_norm) {  // FoX Pro: GroupNorm's default eps, not norm_eps
@@ -352,8 +365,7 @@ absl::Status CpuBackend::update_cache(int l, const Batch& b) {
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
   norm(h_.data(), n, w.mlp_norm, x_.data());
-  linear(x_.data(), n, w.w_gate, gate_.data());
-  linear(x_.data(), n, w.w_up, up_.data());
+  linear_each(x_.data(), n, {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}});
   cpu::for_row_blocks(&pool_, n, 8L * n * c_.d_ff, [&](int r0, int rows) {
     const long at = static_cast<long>(r0) * c_.d_ff;
     cpu::swiglu(gate_.data() + at, up_.data() + at, static_cast<long>(rows) * c_.d_ff);

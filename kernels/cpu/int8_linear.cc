@@ -175,14 +175,32 @@ std::vector<float> quantize_matrix(const Matrix& m, int8_t* q) {
   return scale;
 }
 
-// 1 to gemv_tokens tokens: the hand-written kernel over the packed blocks.
-void gemv(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool, bool accumulate) {
+// Whether the hand-written kernel takes every output, on one quantized copy of the input: each
+// in the VNNI block layout, all with the same padded input length.
+bool gemv_fits(std::span<const Int8Output> outs) {
+  return std::all_of(outs.begin(), outs.end(), [&](const Int8Output& o) {
+    return o.w->block() > 0 && o.w->block() == outs[0].w->block() &&
+           o.w->cols() == outs[0].w->cols();
+  });
+}
+
+// 1 to gemv_tokens tokens: the hand-written kernel over the packed blocks, every output's blocks
+// numbered one after another and shared out in one pass over the pool.
+void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool) {
+  const Int8Matrix& w0 = *outs[0].w;
   float* sx = scratch<float>(n);
-  const int stride = static_cast<int>(w.block() / 64);
+  const int stride = static_cast<int>(w0.block() / 64);
   uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
-  quantize_tokens(x, n, w.cols(), stride, xq, sx);
-  for_output_blocks(pool, w.rows(), static_cast<long>(n) * w.rows() * w.cols(),
-                    [&](int b0, int b1) { gemv_blocks(w, xq, sx, n, y, b0, b1, accumulate); });
+  quantize_tokens(x, n, w0.cols(), stride, xq, sx);
+  std::vector<int> first{0};  // each output's first block in the joint numbering
+  for (const Int8Output& o : outs) first.push_back(first.back() + (o.w->rows() + 63) / 64);
+  const long rows = 64L * first.back();
+  for_output_blocks(pool, static_cast<int>(rows), n * rows * w0.cols(), [&](int b0, int b1) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const int lo = std::max(b0, first[i]) - first[i], hi = std::min(b1, first[i + 1]) - first[i];
+      if (lo < hi) gemv_blocks(*outs[i].w, xq, sx, n, outs[i].y, lo, hi, outs[i].accumulate);
+    }
+  });
 }
 
 // More tokens: oneDNN's u8 x s8 -> s32 matmul, then the sums dequantized per token.
@@ -235,13 +253,19 @@ Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
   block_ = dot_block(packed_, 4, m.cols);
 }
 
+void linear_int8(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool,
+                 int gemv_tokens) {
+  if (n <= gemv_tokens && gemv_fits(outs)) {
+    gemv(x, n, outs, pool);
+    return;
+  }
+  for (const Int8Output& o : outs) onednn_product(x, n, *o.w, o.y, pool, o.accumulate);
+}
+
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
                  bool accumulate, int gemv_tokens) {
-  if (n <= gemv_tokens && w.block() > 0) {
-    gemv(x, n, w, y, pool, accumulate);
-  } else {
-    onednn_product(x, n, w, y, pool, accumulate);
-  }
+  const Int8Output out{&w, y, accumulate};
+  linear_int8(x, n, {&out, 1}, pool, gemv_tokens);
 }
 
 }  // namespace fpa::cpu

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -58,5 +59,18 @@ inline constexpr int kInt8GemvTokens = 8;
 // `gemv_tokens` tokens through the hand-written kernel. Requires cpu_has_vnni().
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
                  bool accumulate = false, int gemv_tokens = kInt8GemvTokens);
+
+// One product of linear_int8's with its output.
+struct Int8Output {
+  const Int8Matrix* w;
+  float* y;
+  bool accumulate = false;
+};
+
+// linear_int8 of one input against several matrices of its width (a layer's q, k and v; gate and
+// up): through the hand-written kernel the input is quantized once and all the matrices' blocks
+// go out in one pass over the pool, so the threads wait for each other once, not per matrix.
+void linear_int8(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool,
+                 int gemv_tokens = kInt8GemvTokens);
 
 }  // namespace fpa::cpu

@@ -180,6 +180,34 @@ TEST(Ops, LinearInt8IsExactOnItsGrid) {
   }
 }
 
+// Several matrices of one input in one call (a layer's q, k, v): each output exactly as its own
+// call gives it, blocks of the different matrices sharing the pool's passes (row counts that are
+// and are not multiples of 64, an output that accumulates), through the hand-written kernel and
+// past it (oneDNN).
+TEST(Ops, LinearInt8OfSeveralMatricesEqualsEachAlone) {
+  if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int in = 200;
+  const std::vector<int> rows = {130, 64, 257};
+  std::vector<std::vector<float>> w;
+  std::vector<Int8Matrix> wq;
+  for (size_t i = 0; i < rows.size(); ++i) w.push_back(randn(rows[i] * in, 50 + i));
+  for (size_t i = 0; i < rows.size(); ++i) wq.emplace_back(Matrix{w[i].data(), rows[i], in});
+  ThreadPool pool(2);
+  for (int n : {1, 3, 8, 12}) {
+    const std::vector<float> x = randn(n * in, 60 + n);
+    std::vector<std::vector<float>> alone, joint;
+    std::vector<Int8Output> outs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      alone.emplace_back(n * rows[i], 0.5f);
+      joint.emplace_back(n * rows[i], 0.5f);
+      linear_int8(x.data(), n, wq[i], alone[i].data(), &pool, /*accumulate=*/i == 1);
+      outs.push_back({&wq[i], joint[i].data(), i == 1});
+    }
+    linear_int8(x.data(), n, outs, &pool);
+    for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(joint[i], alone[i]) << n << " " << i;
+  }
+}
+
 TEST(Ops, RmsNormAndSwiGlu) {
   const std::vector<float> x = randn(2 * 8, 3), w = randn(8, 4);
   std::vector<float> y(16);
