@@ -94,6 +94,7 @@ class CpuBackend : public Backend {
   std::vector<int> pos_;                      // row -> its token's position
   std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
   std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
+  std::vector<cpu::Int8Output> int8_outs_;    // linear_each's products of one input
   cpu::ShiftStates shift_;                    // k_shift / v_shift models
   // With bf16 (int8) weights: each projection packed for oneDNN, by the model's matrix.
   absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
@@ -121,13 +122,13 @@ void CpuBackend::linear(const float* x, int n, const Matrix& w, float* y, bool a
 // Several products of one input: in one pass over the pool where every matrix is int8, else one
 // by one.
 void CpuBackend::linear_each(const float* x, int n, std::initializer_list<Product> products) {
-  std::vector<cpu::Int8Output> outs;
+  int8_outs_.clear();
   for (const auto& [w, y] : products) {
     auto it = int8_.find(w);
     if (it == int8_.end()) break;
-    outs.push_back({&it->second, y});
+    int8_outs_.push_back({&it->second, y});
   }
-  if (outs.size() == products.size()) return cpu::linear_int8(x, n, outs, &pool_);
+  if (int8_outs_.size() == products.size()) return cpu::linear_int8(x, n, int8_outs_, &pool_);
   for (const auto& [w, y] : products) linear(x, n, *w, y);
 }
 

@@ -73,9 +73,10 @@ FPA_VNNI_TARGET void dequantize(const int32_t* acc, int count, const int32_t* of
 // What a pass over one block prefetches: per quad q the lines at from + q * step and `second`
 // bytes past it (0: one line). A block read by one token tile streams its own lines 2 KiB ahead
 // (the prefetcher alone lags). Read by several, the block is in L2 after the first pass: every
-// pass then pulls its share of the NEXT block's lines (tile i of n: 4 * quads / n lines from line
-// i * 4 * quads / n), so DRAM streams while the passes compute; else it idles through the passes
-// that re-read the block. The same two prefetches either way: no branch or division per quad.
+// pass then pulls its share of the NEXT block's lines (tile i of n: from line i * 4 * quads / n,
+// ceil(4 / n) lines a quad, so the shares cover the block; for n = 3 they overlap), so DRAM streams
+// while the passes compute; else it idles through the passes that re-read the block. The same two
+// prefetches either way: no branch or division per quad.
 struct Ahead {
   const int8_t* from;
   int step, second;
@@ -192,13 +193,15 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
   const int stride = static_cast<int>(w0.block() / 64);
   uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
   quantize_tokens(x, n, w0.cols(), stride, xq, sx);
-  std::vector<int> first{0};  // each output's first block in the joint numbering
-  for (const Int8Output& o : outs) first.push_back(first.back() + (o.w->rows() + 63) / 64);
-  const long rows = 64L * first.back();
+  long rows = 0;
+  for (const Int8Output& o : outs) rows += (o.w->rows() + 63) / 64 * 64;
   for_output_blocks(pool, static_cast<int>(rows), n * rows * w0.cols(), [&](int b0, int b1) {
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const int lo = std::max(b0, first[i]) - first[i], hi = std::min(b1, first[i + 1]) - first[i];
-      if (lo < hi) gemv_blocks(*outs[i].w, xq, sx, n, outs[i].y, lo, hi, outs[i].accumulate);
+    int first = 0;  // the output's first block in the joint numbering
+    for (const Int8Output& o : outs) {
+      const int blocks = (o.w->rows() + 63) / 64;
+      const int lo = std::max(b0 - first, 0), hi = std::min(b1 - first, blocks);
+      if (lo < hi) gemv_blocks(*o.w, xq, sx, n, o.y, lo, hi, o.accumulate);
+      first += blocks;
     }
   });
 }
