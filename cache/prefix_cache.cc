@@ -91,6 +91,7 @@ bool PrefixCache::place(SeqId seq, std::span<const int32_t> tokens, const Policy
   while (pages_ + need > max_pages_ && reclaim_one()) {
   }
   if (pages_ + need > max_pages_) return false;
+  std::lock_guard lock(held_mu_);
   absl::StatusOr<SeqId> snapshot = make(seq);
   if (!snapshot.ok()) return false;
   Node* n = insert(tokens, policy);
@@ -187,6 +188,7 @@ std::vector<int64_t> PrefixCache::reclaimable_pages() const {
 // Releases the node's snapshot, then prunes the branches left with nothing to serve.
 void PrefixCache::drop(Node* node) {
   if (node->snapshot >= 0) {
+    std::lock_guard lock(held_mu_);
     cache_.release(node->snapshot);
     lru_.erase(node->used);
     node->snapshot = -1;
@@ -222,13 +224,18 @@ PrefixCacheStats PrefixCache::stats() const {
           evictions_.load(), trees_.load(), full_keys_.load(), live_keys_.load()};
 }
 
-CacheStats without_snapshots(CacheStats pool, const PrefixCacheStats& cached) {
-  auto less = [](int64_t& figure, int64_t cut) { figure = std::max<int64_t>(0, figure - cut); };
-  less(pool.sequences, cached.snapshots);
-  less(pool.pages_in_use, cached.pages);
-  less(pool.live_slots, cached.live_keys);
-  less(pool.full_cache_keys, cached.full_keys);
-  return pool;
+HeldStats PrefixCache::held() const {
+  std::lock_guard lock(held_mu_);
+  HeldStats h{cache_.stats(), stats()};
+  h.running.sequences -= h.cached.snapshots;
+  h.running.pages_in_use -= h.cached.pages;
+  h.running.live_slots -= h.cached.live_keys;
+  h.running.full_cache_keys -= h.cached.full_keys;
+  return h;
+}
+
+HeldStats held_stats(const KvCache& pool, const PrefixCache* prefixes) {
+  return prefixes != nullptr ? prefixes->held() : HeldStats{pool.stats(), {}};
 }
 
 }  // namespace fpa::cache

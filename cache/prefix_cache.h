@@ -11,13 +11,14 @@
 //
 // Snapshots are indexed by a radix tree over token ids (as SGLang's RadixAttention), one tree
 // per policy configuration, so a prefix cached under one policy or tau never serves another.
-// Not thread-safe: the scheduler thread owns it; stats() may be read from any thread.
+// Not thread-safe: the scheduler thread owns it; stats() and held() may be read from any thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,10 +40,17 @@ struct PrefixCacheStats {
   int64_t live_keys = 0;       // the snapshots' live keys
 };
 
-// The pool's figures without the snapshots: what the running sequences hold. Snapshots never run
-// and are reclaimable, so they count as cache (PrefixCacheStats), not as use, as vLLM counts its
-// cached blocks. The two stats may be read at different moments: clamped at zero.
-CacheStats without_snapshots(CacheStats pool, const PrefixCacheStats& cached);
+// The pool's figures split between what the running sequences hold and the snapshots. Snapshots
+// never run and are reclaimable, so they count as cache, not as use, as vLLM counts its cached
+// blocks.
+struct HeldStats {
+  CacheStats running;
+  PrefixCacheStats cached;
+};
+
+class PrefixCache;
+// Thread-safe. `prefixes` may be null (no prefix cache): then all of the pool runs.
+HeldStats held_stats(const KvCache& pool, const PrefixCache* prefixes);
 
 class PrefixCache {
  public:
@@ -82,6 +90,8 @@ class PrefixCache {
   void flush();  // drops every snapshot
 
   PrefixCacheStats stats() const;
+  // The pool's figures and the snapshots' read at one moment (held_stats for a caller).
+  HeldStats held() const;
 
  private:
   struct Node;
@@ -98,6 +108,10 @@ class PrefixCache {
   std::map<std::string, std::unique_ptr<Node>> roots_;  // by policy configuration
   std::map<uint64_t, Node*> lru_;                       // last use -> node with a snapshot
   uint64_t clock_ = 0;
+  // Held while a snapshot joins or leaves the pool and its figures, and while held() reads both:
+  // otherwise a reader between the two counts a new snapshot as a running sequence, or a dropped
+  // one twice.
+  mutable std::mutex held_mu_;
   std::atomic<int64_t> snapshots_{0}, pages_{0}, queried_{0}, hits_{0}, evictions_{0}, trees_{0},
       full_keys_{0}, live_keys_{0};
 };

@@ -110,9 +110,7 @@ grpc::ServerUnaryReactor* FpaServiceImpl::CacheStats(grpc::CallbackServerContext
   v1::CacheStatsRequest req;
   if (absl::Status st = decode(*bytes, &req); !st.ok()) return reply(ctx, st);
   v1::CacheStatsResponse resp;
-  const cache::PrefixCache* prefixes = scheduler_.prefix_cache();
-  const cache::PrefixCacheStats cached = prefixes ? prefixes->stats() : cache::PrefixCacheStats{};
-  const cache::CacheStats s = cache::without_snapshots(cache_.stats(), cached);
+  const auto [s, cached] = cache::held_stats(cache_, scheduler_.prefix_cache());
   resp.set_pages_total(s.pages_total);
   resp.set_pages_in_use(s.pages_in_use);
   resp.set_live_keys(s.live_slots);

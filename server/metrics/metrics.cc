@@ -176,10 +176,7 @@ struct ServerMetrics::Prefix {
         vllm_hits(counter(r, "vllm:prefix_cache_hits_total",
                           "Prompt tokens found in the prefix cache", l)) {}
 
-  // Returns the stats it published (zeros when off).
-  cache::PrefixCacheStats refresh(int64_t bytes_per_page) {
-    if (watched == nullptr) return {};
-    const cache::PrefixCacheStats st = watched->stats();
+  void refresh(const cache::PrefixCacheStats& st, int64_t bytes_per_page) {
     snapshots.Set(static_cast<double>(st.snapshots));
     bytes.Set(static_cast<double>(st.pages * bytes_per_page));
     increment_all(static_cast<double>(st.queried_tokens - seen.queried_tokens), queried,
@@ -187,7 +184,6 @@ struct ServerMetrics::Prefix {
     increment_all(static_cast<double>(st.hit_tokens - seen.hit_tokens), hits, vllm_hits);
     evictions.Increment(static_cast<double>(st.evictions - seen.evictions));
     seen = st;
-    return st;
   }
 
   const cache::PrefixCache* watched = nullptr;
@@ -321,14 +317,13 @@ void ServerMetrics::count_request(int grpc_code) {
 }
 
 void ServerMetrics::refresh_cache_gauges() {
-  const cache::CacheStats pool = cache_.stats();
   std::lock_guard lock(evicted_mu_);
-  const cache::PrefixCacheStats p = prefix_->refresh(pool.page_slots * pool.bytes_per_key);
-  set_all(static_cast<double>(pool.pages_total), pages_total_, pages_total_alias_);
   // The running sequences' figures: cached prefixes are reclaimable, so their pages are not in
   // use (fpa_prefix_cache_bytes shows them), as vLLM counts its usage: a router then does not
   // steer away from a warm pod.
-  const cache::CacheStats s = cache::without_snapshots(pool, p);
+  const auto [s, cached] = cache::held_stats(cache_, prefix_->watched);
+  if (prefix_->watched != nullptr) prefix_->refresh(cached, s.page_slots * s.bytes_per_key);
+  set_all(static_cast<double>(s.pages_total), pages_total_, pages_total_alias_);
   pages_in_use_.Set(static_cast<double>(s.pages_in_use));
   double usage = s.pages_total > 0
                      ? static_cast<double>(s.pages_in_use) / static_cast<double>(s.pages_total)

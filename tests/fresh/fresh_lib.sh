@@ -6,9 +6,10 @@ step() {
   step_name=$1 step_start=$SECONDS
 }
 
-# fail WHAT [LOG]: the log's tail, then one last line naming the step and what is missing.
+# fail WHAT [LOG]: the log's tail and what its failed tests said, then one last line naming the
+# step and what is missing.
 fail() {
-  [[ -n "${2:-}" ]] && tail -n 40 "$2"
+  [[ -n "${2:-}" ]] && { tail -n 40 "$2"; failures "$2"; }
   echo "fresh machine: FAILED in step '$step_name' after $((SECONDS - step_start)) s: $1"
   exit 1
 }
@@ -24,6 +25,16 @@ No module named '[^']+'|fatal error: [^:]+: No such file|EBADENGINE.*|npm ERR! c
     grep -o -E '[0-9]+ - [^ ]+' | tr '\n' ' ' || true)
   [[ -z "$found" ]] && found="see the log above"
   echo "$found"
+}
+
+# What failed tests said about their failure (pytest's and GoogleTest's lines, the sanitizers'
+# reports), which ctest printed where each test ran, far above the log's tail.
+failures() {
+  local said
+  said=$(grep -E -m 60 '^(FAILED |E  )|\[  FAILED  \]|: Failure$|^(WARNING|ERROR): [A-Za-z]+Sanitizer|^SUMMARY: ' \
+    "$1" || true)
+  [[ -n "$said" ]] && printf 'what the failed tests said:\n%s\n' "$said"
+  return 0
 }
 
 debian_sources() {  # this machine's apt source files that are Debian's own
