@@ -194,7 +194,7 @@ def decode_table(rows: list[dict], sizes: dict, a, lim: dict) -> list[str]:
     for r in rows:
         s = r["sides"]
         v = {k: s[k]["tokens_per_s"] for k in names}
-        mib = [step_bytes(sizes[k], k, s[k], a.steps) / 2**20 for k in names]
+        mib = [sum(step_bytes(sizes[k], k, s[k], a.steps)) / 2**20 for k in names]
         frac = [decode_fraction(sizes[k], k, s[k], a.steps, lim) for k in names]
         lines.append(
             f"| decode b{r['batch']} @{r['context']} | {v['ours fox']:.1f} "

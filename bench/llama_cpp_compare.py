@@ -36,9 +36,11 @@ What it does, all under bench/out/llama_cpp/ (git-ignored):
      held to the start's curve scaled to the mean of the two.
 Prints the limits, then a markdown table: tokens/s of each side, ratios to llama.cpp (its f32
 configuration, its Q8_0 and its fastest), and each side's fraction of the limit that applies
-(decode: bytes of weights + keys and values read per step over the read bandwidth measured at
-that many bytes, so weights in the cache are held to the cache's rate and larger ones to DRAM's;
-prefill: FLOPs over the product rate of the side's weight format). FPA has no llama.cpp
+(decode: the least time a step can take, bytes of weights + keys and values read per step over
+the read bandwidth measured at that many bytes, so weights in the cache are held to the cache's
+rate and larger ones to DRAM's; at a batch where the weights' products take longer than reading
+them, the products at the product rate of the side's weight format instead; prefill: FLOPs over
+the product rate of the side's weight format). FPA has no llama.cpp
 equivalent: its rows compare with llama.cpp's full-cache softmax. --smoke: the tiny shape, a few
 steps, one case per kind: checks that everything runs, its figures mean nothing.
 """
@@ -276,13 +278,13 @@ def sizes(shape: str) -> tuple[int, int]:
     return weight_count(shape), layers * heads * 64
 
 
-def step_bytes(size: tuple[int, int], name: str, r: dict, steps: int) -> float:
-    """Weights + every sequence's keys and values read in one decode step, of a model of `size`
-    (sizes())."""
+def step_bytes(size: tuple[int, int], name: str, r: dict, steps: int) -> tuple[float, float]:
+    """(weights, every sequence's keys and values) bytes read in one decode step, of a model of
+    `size` (sizes())."""
     params, key_width = size
     wfmt, kvbytes = side_format(name, r)
     kv = 2 * key_width * (r["context"] + steps / 2) * r.get("live_fraction", 1.0)
-    return params * WEIGHT_BYTES[wfmt] + r["batch"] * kv * kvbytes
+    return params * WEIGHT_BYTES[wfmt], r["batch"] * kv * kvbytes
 
 
 def side_bandwidth(lim: dict, nbytes: float, r: dict) -> float:
@@ -294,10 +296,21 @@ def side_bandwidth(lim: dict, nbytes: float, r: dict) -> float:
     return bw * sum(r["dram_gbps"]) / 2 / lim["read_gbps"]["1024"]
 
 
+def step_limit(size: tuple[int, int], name: str, r: dict, steps: int,
+               lim: dict) -> tuple[float, bool]:
+    """The least time a decode step can take, and whether the weights' products bound it: the
+    products (2 x parameters x batch operations at the product rate of the side's weight format)
+    or reading the weights, whichever is longer, then reading the keys and values. The two phases
+    follow each other in a step (attention needs the projections), so they add."""
+    wbytes, kvbytes = step_bytes(size, name, r, steps)
+    bw = side_bandwidth(lim, wbytes + kvbytes, r)
+    products = 2 * size[0] * r["batch"] / (lim["gflops"][RATE[side_format(name, r)[0]]] * 1e9)
+    return max(wbytes / bw, products) + kvbytes / bw, products > wbytes / bw
+
+
 def decode_fraction(size: tuple[int, int], name: str, r: dict, steps: int, lim: dict) -> float:
-    """Bytes per step times steps/s over the read bandwidth at that many bytes, beside the run."""
-    per_step = step_bytes(size, name, r, steps)
-    return per_step * r["tokens_per_s"] / r["batch"] / side_bandwidth(lim, per_step, r)
+    """The least time a step can take (step_limit) times steps/s."""
+    return step_limit(size, name, r, steps, lim)[0] * r["tokens_per_s"] / r["batch"]
 
 
 def prefill_fraction(shape: str, name: str, r: dict, lim: dict) -> float:
@@ -362,13 +375,16 @@ def decode_cells(r: dict, a, lim: dict) -> tuple[dict, list[str]]:
     v = {k: s[k]["tokens_per_s"] for k in SIDES}
     fastest = max(LLAMA, key=lambda k: v[k])
     size = sizes(r["shape"])
-    ours = step_bytes(size, "ours softmax", s["ours softmax"], a.steps)
-    allowed = (step_bytes(size, fastest, s[fastest], a.steps)
-               / step_bytes(size, "ours fpa", s["ours fpa"], a.steps))
+    ours = sum(step_bytes(size, "ours softmax", s["ours softmax"], a.steps))
+    allowed = (sum(step_bytes(size, fastest, s[fastest], a.steps))
+               / sum(step_bytes(size, "ours fpa", s["ours fpa"], a.steps)))
+    bound = step_limit(size, "ours softmax", s["ours softmax"], a.steps, lim)[1]
     frac = [decode_fraction(size, k, s[k], a.steps, lim) for k in SIDES]
     dram = [x for k in SIDES for x in s[k].get("dram_gbps", [])]
     beside = f"; DRAM {min(dram):.0f}-{max(dram):.0f} GB/s beside the runs" if dram else ""
-    return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s{beside}",
+    products = "; its weights' products bound it" if bound else ""
+    return v, [f"{ours / 2**20:.0f} MiB at {read_bandwidth(lim, ours) / 1e9:.1f} GB/s{beside}"
+               f"{products}",
                f"{v['ours fpa'] / v[fastest] / allowed:.2f} ({allowed:.2f}x allowed)",
                " / ".join(f"{f:.2f}" for f in frac)]
 

@@ -1,0 +1,45 @@
+"""The limit bench/llama_cpp_compare.py holds each side to: a decode step's least time, from
+reading its weights or computing their products (whichever is longer), then reading the keys and
+values."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import llama_cpp_compare as compare  # noqa: E402
+
+# A machine reading 100 GB/s past a 32 MiB cache, and int8 products at 1000 GOP/s.
+LIM = {"cpu": {"l3_bytes": 32 << 20}, "read_gbps": {"1024": 100.0},
+       "gflops": {"f32": 250.0, "bf16": 500.0, "int8": 1000.0}}
+SIZE = (10**9, 2048)  # a billion parameters, 2048 key elements a token
+
+
+def run(batch: int, tokens_per_s: float) -> dict:
+    return {"cpu_weights": "int8", "kv_dtype": "bf16", "batch": batch, "context": 512,
+            "tokens_per_s": tokens_per_s}
+
+
+def test_one_token_is_held_to_reading_the_step():
+    wbytes, kvbytes = compare.step_bytes(SIZE, "ours softmax", run(1, 1), steps=0)
+    assert (wbytes, kvbytes) == (1e9, 2 * 2048 * 512 * 2)
+    seconds, products = compare.step_limit(SIZE, "ours softmax", run(1, 1), 0, LIM)
+    assert seconds == pytest.approx((wbytes + kvbytes) / 100e9) and not products
+
+
+def test_products_bound_the_weights_once_they_take_longer_than_reading_them():
+    # 64 tokens: 128 GOP of products (0.128 s) against 1 GB of weights read in 0.01 s.
+    r = run(64, 1)
+    seconds, products = compare.step_limit(SIZE, "ours softmax", r, 0, LIM)
+    kvbytes = compare.step_bytes(SIZE, "ours softmax", r, 0)[1]
+    assert products and seconds == pytest.approx(0.128 + kvbytes / 100e9)
+    # A side running exactly at that bound is at 1.0 of its limit.
+    r["tokens_per_s"] = 64 / seconds
+    assert compare.decode_fraction(SIZE, "ours softmax", r, 0, LIM) == pytest.approx(1.0)
+
+
+def test_the_dram_rate_beside_the_run_scales_a_step_past_the_cache():
+    r = run(1, 1)
+    slow = dict(r, dram_gbps=[40.0, 60.0])
+    assert (compare.step_limit(SIZE, "ours softmax", slow, 0, LIM)[0]
+            == pytest.approx(2 * compare.step_limit(SIZE, "ours softmax", r, 0, LIM)[0]))
