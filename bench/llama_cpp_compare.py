@@ -305,7 +305,8 @@ def step_limit(size: tuple[int, int], name: str, r: dict, steps: int,
     wbytes, kvbytes = step_bytes(size, name, r, steps)
     bw = side_bandwidth(lim, wbytes + kvbytes, r)
     products = 2 * size[0] * r["batch"] / (lim["gflops"][RATE[side_format(name, r)[0]]] * 1e9)
-    return max(wbytes / bw, products) + kvbytes / bw, products > wbytes / bw
+    reading = wbytes / bw
+    return max(reading, products) + kvbytes / bw, products > reading
 
 
 def decode_fraction(size: tuple[int, int], name: str, r: dict, steps: int, lim: dict) -> float:
