@@ -99,7 +99,7 @@ class UnaryGenerate final : public grpc::ServerUnaryReactor, public RequestSink 
  private:
   void finish(const absl::Status& st) {
     service_.metrics().count_request(static_cast<int>(st.code()));
-    handed_to_grpc(this);
+    const IntoGrpc into(this);
     Finish(to_grpc(st));
   }
 
@@ -118,7 +118,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
   void start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& req) {
     if (absl::Status st = service_.submit(ctx, req, this, &request_); !st.ok()) {
       service_.metrics().count_request(static_cast<int>(st.code()));
-      handed_to_grpc(this);
+      const IntoGrpc into(this);
       Finish(to_grpc(st));
     }
   }
@@ -206,7 +206,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
       if (with_message) encode(o.msg, &current_);
       lock.unlock();
       service_.metrics().count_request(o.code);
-      handed_to_grpc(this);
+      const IntoGrpc into(this);
       if (with_message) {
         StartWriteAndFinish(&current_, grpc::WriteOptions(), o.status);
       } else {
@@ -216,7 +216,7 @@ class StreamGenerate final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     }
     encode(o.msg, &current_);
     lock.unlock();
-    handed_to_grpc(this);
+    const IntoGrpc into(this);
     StartWrite(&current_);
   }
 

@@ -543,6 +543,12 @@ test("--http-max-connections caps the API's open connections", async () => {
   s.stop();
 });
 
+// What a failure shows of a server's cache and queue.
+function cacheFigures(m) {
+  return Object.entries(m).filter(([k]) => /^fpa_(cache|requests_(running|waiting)|prefix)/.test(k))
+    .map(([k, v]) => `${k}=${v}`).join(" ");
+}
+
 // Streams a long request until its first token; returns the stream and its AbortController.
 async function longStream(c) {
   const controller = new AbortController();
@@ -599,10 +605,11 @@ test("a client that disconnects mid-stream cancels its request and frees its pag
   assert.ok(during["fpa_cache_pages_in_use"] > 0);
   assert.equal(during["fpa_requests_running"], 1);
   controller.abort();
+  let seen = {};
   assert.ok(await eventually(async () => {
-    const m = await shared.metrics();
-    return m["fpa_cache_pages_in_use"] === 0 && m["fpa_requests_running"] === 0;
-  }, 5000), "pages still held after the client left");
+    seen = await shared.metrics();
+    return seen["fpa_cache_pages_in_use"] === 0 && seen["fpa_requests_running"] === 0;
+  }, 5000), `pages still held after the client left: ${cacheFigures(seen)}`);
   const m = await shared.metrics();
   assert.equal(m['fpa_requests_total{code="CANCELLED"}'], cancelledBefore + 1);
   assert.equal(m["fpa_cache_live_keys"], 0);
