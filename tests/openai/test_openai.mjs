@@ -549,16 +549,18 @@ function cacheFigures(m) {
     .map(([k, v]) => `${k}=${v}`).join(" ");
 }
 
-// Streams a long request until its first token; returns the stream and its AbortController.
+// A streamed request that runs until it is stopped.
+const LONG_STREAM = {
+  model: MODEL_NAME, prompt: "The sky is blue. ".repeat(40), max_tokens: 100000, ignore_eos: true,
+  stream: true,
+};
+
+// Streams a long request until its first token; returns the stream's iterator.
 async function longStream(c) {
-  const controller = new AbortController();
-  const stream = await c.completions.create({
-    model: MODEL_NAME, prompt: "The sky is blue. ".repeat(40), max_tokens: 100000,
-    ignore_eos: true, stream: true,
-  }, { signal: controller.signal });
+  const stream = await c.completions.create(LONG_STREAM);
   const it = stream[Symbol.asyncIterator]();
   await it.next();
-  return { controller, it };
+  return it;
 }
 
 test("a full queue is a 429; a draining server is a 503 and ends what it could not finish", async () => {
@@ -585,7 +587,7 @@ test("a full queue is a 429; a draining server is a 503 and ends what it could n
   // queued request is answered 503, both before the server exits.
   let streamError = null;
   try {
-    while (!(await running.it.next()).done);
+    while (!(await running.next()).done);
   } catch (e) {
     streamError = e;
   }
@@ -618,10 +620,7 @@ function rawStream(s, body) {
 test("a client that disconnects mid-stream cancels its request and frees its pages", async () => {
   const before = await shared.metrics();
   const cancelledBefore = before['fpa_requests_total{code="CANCELLED"}'] ?? 0;
-  const sock = await rawStream(shared, {
-    model: MODEL_NAME, prompt: "The sky is blue. ".repeat(40), max_tokens: 100000,
-    ignore_eos: true, stream: true,
-  });
+  const sock = await rawStream(shared, LONG_STREAM);
   const during = await shared.metrics();
   assert.ok(during["fpa_cache_pages_in_use"] > 0);
   assert.equal(during["fpa_requests_running"], 1);
