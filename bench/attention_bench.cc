@@ -24,7 +24,10 @@ ABSL_FLAG(int, keys, 512, "cached keys per stream");
 ABSL_FLAG(int, head_dim, 64, "head dimension");
 ABSL_FLAG(int, page_slots, 16, "slots per page");
 ABSL_FLAG(std::string, kv_dtype, "bf16", "f32 | bf16");
-ABSL_FLAG(std::string, layout, "interleaved", "interleaved | contiguous: the streams' pages");
+ABSL_FLAG(std::string, layout, "interleaved",
+          "interleaved | contiguous | scattered (each stream's pages together, the streams in a "
+          "shuffled order): the streams' pages");
+ABSL_FLAG(bool, then, true, "each stream's kernel told the pages of the stream read next");
 ABSL_FLAG(int, threads, 2, "threads");
 ABSL_FLAG(int, reps, 15, "timed repetitions (the fastest is reported)");
 
@@ -36,7 +39,9 @@ int run() {
   const int slots = absl::GetFlag(FLAGS_page_slots);
   const int per = (absl::GetFlag(FLAGS_keys) + slots - 1) / slots;
   const bool bf16 = absl::GetFlag(FLAGS_kv_dtype) == "bf16";
-  const bool contiguous = absl::GetFlag(FLAGS_layout) == "contiguous";
+  const std::string layout = absl::GetFlag(FLAGS_layout);
+  const bool contiguous = layout == "contiguous", scattered = layout == "scattered";
+  const bool then = absl::GetFlag(FLAGS_then);
   const cache::CacheShape shape{1, 1, dim, slots, bf16 ? 2 : 4};
   auto table = cache::PageTable::create(shape, static_cast<int64_t>(streams) * per, true);
   if (!table.ok()) {
@@ -58,17 +63,25 @@ int run() {
     std::fill_n(v.lvl, slots, 0.0f), std::fill_n(v.m, slots, 1e30f);
     std::fill_n(v.acc, slots, 0.0f);
     for (int j = 0; j < slots; ++j) v.pos[j] = j;
-    pages[contiguous ? p / per : p % streams].push_back(v);
+    pages[contiguous || scattered ? p / per : p % streams].push_back(v);
   }
+  if (scattered) std::shuffle(pages.begin(), pages.end(), rng);
   std::vector<float> q(dim, 0.1f), own(dim, 0.1f), out(static_cast<size_t>(streams) * dim);
   double best = 1e30;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for schedule(dynamic) num_threads(absl::GetFlag(FLAGS_threads))
-    for (int s = 0; s < streams; ++s) {
-      const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
-      cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
-                            out.data() + static_cast<size_t>(s) * dim);
+    // Ranges of streams, as the CPU backend shares them out.
+    const int threads = absl::GetFlag(FLAGS_threads), parts = std::min(streams, 4 * threads);
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+    for (int part = 0; part < parts; ++part) {
+      const int end = streams * (part + 1) / parts;
+      for (int s = streams * part / parts; s < end; ++s) {
+        const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
+        const bool next = then && s + 1 < end;
+        cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
+                              out.data() + static_cast<size_t>(s) * dim,
+                              next ? pages[s + 1] : std::span<const cache::PageView>());
+      }
     }
     best = std::min(best,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -77,9 +90,9 @@ int run() {
   const double bytes =
       static_cast<double>(streams) * per * slots * (2.0 * dim * shape.kv_bytes + 12);
   std::printf(
-      "{\"streams\":%d,\"keys\":%d,\"kv_dtype\":\"%s\",\"layout\":\"%s\",\"ms\":%.3f,"
+      "{\"streams\":%d,\"keys\":%d,\"kv_dtype\":\"%s\",\"layout\":\"%s\",\"then\":%s,\"ms\":%.3f,"
       "\"gb_per_s\":%.2f}\n",
-      streams, per * slots, bf16 ? "bf16" : "f32", contiguous ? "contiguous" : "interleaved",
+      streams, per * slots, bf16 ? "bf16" : "f32", layout.c_str(), then ? "true" : "false",
       best * 1e3, bytes / best / 1e9);
   return 0;
 }

@@ -221,6 +221,16 @@ constexpr size_t kPagesAhead = 2;
   __builtin_prefetch(pv.m);
 }
 
+// Page `at` of the stream's pages followed by those of the stream read next (or by its own last
+// page again where none is known): a stream's first pages came from DRAM unasked for, at every
+// stream's start.
+const cache::PageView& page_ahead(std::span<const cache::PageView> pages,
+                                  std::span<const cache::PageView> then, size_t at) {
+  if (at < pages.size()) return pages[at];
+  if (at - pages.size() < then.size()) return then[at - pages.size()];
+  return pages.back();
+}
+
 template <typename K>
 [[gnu::always_inline]] inline void prefetch_slot(const cache::PageView& pv, int slot, int dim) {
   const auto [k, v] = kv_rows<K>(pv);
@@ -235,7 +245,7 @@ template <typename K>
 
 template <int D, typename K>
 float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                  const CachedKeys& keys, float* out) {
+                  const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
   const int dim = D > 0 ? D : head_dim;
   const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
@@ -250,7 +260,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
-    const cache::PageView& ahead = keys.pages[std::min(p + kPagesAhead, keys.pages.size() - 1)];
+    const cache::PageView& ahead = page_ahead(keys.pages, then, p + kPagesAhead);
     prefetch_field(ahead);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
@@ -258,8 +268,10 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
       // chosen over, never computed with.
       const Ints live = load_slots<Ints>(pv.pos + j0, w, -1) >= 0;
       const Lanes m_old = load_slots<Lanes>(pv.m + j0, w, kInf);
-      const Lanes m = live & (m_old > phi) ? Lanes{} + phi : m_old;
-      std::memcpy(pv.m + j0, &m, w * sizeof(float));
+      const Ints dips = live & (m_old > phi);
+      const Lanes m = dips ? Lanes{} + phi : m_old;
+      // Written only where it changed: an unchanged page's field stays clean, not written back.
+      if (any(dips)) std::memcpy(pv.m + j0, &m, w * sizeof(float));
       const Lanes dots = query.dot16(k_rows + static_cast<long>(j0) * dim, w,
                                      [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim); });
       const Lanes scored = dots * scale - penalty(pen, load_slots<Lanes>(pv.lvl + j0, w, 0.0f), m);
@@ -375,26 +387,26 @@ void record_mass(const float* s, int t0, int rows, size_t ld, const CachedKeys& 
 
 template <typename K>
 float decode_typed(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                   const CachedKeys& keys, float* out) {
+                   const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
   switch (head_dim) {
     case 16:
-      return decode_impl<16, K>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<16, K>(q, phi, own, pen, head_dim, keys, out, then);
     case 32:
-      return decode_impl<32, K>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<32, K>(q, phi, own, pen, head_dim, keys, out, then);
     case 64:
-      return decode_impl<64, K>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<64, K>(q, phi, own, pen, head_dim, keys, out, then);
     case 128:
-      return decode_impl<128, K>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<128, K>(q, phi, own, pen, head_dim, keys, out, then);
     default:
-      return decode_impl<0, K>(q, phi, own, pen, head_dim, keys, out);
+      return decode_impl<0, K>(q, phi, own, pen, head_dim, keys, out, then);
   }
 }
 
 float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                       const CachedKeys& keys, float* out) {
+                       const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
   const bool bf16 = !keys.pages.empty() && keys.pages[0].k16 != nullptr;
-  return bf16 ? decode_typed<uint16_t>(q, phi, own, pen, head_dim, keys, out)
-              : decode_typed<float>(q, phi, own, pen, head_dim, keys, out);
+  return bf16 ? decode_typed<uint16_t>(q, phi, own, pen, head_dim, keys, out, then)
+              : decode_typed<float>(q, phi, own, pen, head_dim, keys, out, then);
 }
 
 // Blocks of query rows: scores and the weighted values are matrix products (per page of cached

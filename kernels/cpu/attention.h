@@ -48,8 +48,11 @@ struct OwnKey {
 // records each cached key's softmax probability in its acc when the query counts (mass row 0:
 // added, or stored under kLast), writes out[head_dim] and returns the own key's mass: its
 // probability when the query counts, else 0.
+// `then`: the pages of the stream the calling thread reads next, where it knows them; their
+// first pages are fetched while this stream's last ones are read.
 float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                       const CachedKeys& keys, float* out);
+                       const CachedKeys& keys, float* out,
+                       std::span<const cache::PageView> then = {});
 
 // A prompt chunk of one head: n queries and keys at consecutive positions. q/k/v/out rows
 // have stride `stride`; phi and lvl are the chunk's field and levels [n].

@@ -74,6 +74,7 @@ class CpuBackend : public Backend {
   void walk_field(int l, const Batch& b);
   void gather_pages(int l, const Batch& b);
   void attend(int l, const Batch& b);
+  void attend_stream(int l, const Batch& b, int s, std::span<const PageView> then);
   void norm_heads(float* x, int n, std::span<const float> weight, float eps);
   void gate_output(const LayerWeights& w, int n);
   absl::Status update_cache(int l, const Batch& b);
@@ -326,34 +327,43 @@ void CpuBackend::gather_pages(int l, const Batch& b) {
   }
 }
 
+// Ranges of streams on the pool: a thread reads a range's streams one after another, so each
+// decode kernel is told the next stream's pages and fetches their start while it ends its own.
 void CpuBackend::attend(int l, const Batch& b) {
-  const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
-  const std::vector<float>& beta = model_.layers()[l].beta;
-  const int page_slots = cache_.shape().page_slots;
-  long work = 0;  // multiply-adds: queries x keys x head_dim
-  for (size_t s = 0; s < pages_.size(); ++s) {
+  const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
+  const auto work = [&](int s) {  // multiply-adds: queries x keys x head_dim
     const long len = b.len(s / nh);
-    work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * hd;
-  }
-  cpu::parallel_for(&pool_, static_cast<int>(b.items.size()) * nh, work, [&](int s) {
-    const size_t i = s / nh;
-    const int h = s % nh;
-    const cpu::Penalty pen{beta[h], thr_[s]};
-    const long off = b.offset[i];
-    const long col = off * width() + h * hd;
-    const auto [first, end] = b.mass[i].rows(b.items[i].start_pos, b.len(i));
-    const cpu::CachedKeys keys{pages_[s], page_slots, {b.mass[i].mode, first, end}};
-    if (b.len(i) == 1) {
-      const cpu::OwnKey own{k_.data() + col, v_.data() + col};
-      acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
-                                                keys, o_.data() + col);
-      return;
+    return (static_cast<long>(pages_[s].size()) * page_slots + len) * len * c_.head_dim;
+  };
+  cpu::for_ranges(&pool_, static_cast<int>(b.items.size()) * nh, work, [&](int s0, int s1) {
+    for (int s = s0; s < s1; ++s) {
+      attend_stream(
+          l, b, s,
+          s + 1 < s1 ? std::span<const PageView>(pages_[s + 1]) : std::span<const PageView>());
     }
-    const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
-                           width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
-                           b.len(i)};
-    cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
   });
+}
+
+// Attention of stream s (item s / n_heads, head s % n_heads); `then`: the pages read next.
+void CpuBackend::attend_stream(int l, const Batch& b, int s, std::span<const PageView> then) {
+  const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
+  const size_t i = s / nh;
+  const int h = s % nh;
+  const cpu::Penalty pen{model_.layers()[l].beta[h], thr_[s]};
+  const long off = b.offset[i];
+  const long col = off * width() + h * hd;
+  const auto [first, end] = b.mass[i].rows(b.items[i].start_pos, b.len(i));
+  const cpu::CachedKeys keys{pages_[s], cache_.shape().page_slots, {b.mass[i].mode, first, end}};
+  if (b.len(i) == 1) {
+    const cpu::OwnKey own{k_.data() + col, v_.data() + col};
+    acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
+                                              keys, o_.data() + col, then);
+    return;
+  }
+  const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
+                         width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
+                         b.len(i)};
+  cpu::prefill_attention(chunk, pen, hd, keys, o_.data() + col, acc_.data() + h * n + off);
 }
 
 // The cache evicts, inserts the step's keys (with the attention mass they got) and

@@ -35,6 +35,13 @@ typedef float Lanes __attribute__((vector_size(64)));
 // 16 int32 lanes, for masks and slot positions.
 typedef int32_t Ints __attribute__((vector_size(64)));
 
+// Whether any lane of a mask is set.
+[[gnu::always_inline]] inline bool any(Ints mask) {
+  bool set = false;
+  for (int j = 0; j < 16; ++j) set |= mask[j] != 0;
+  return set;
+}
+
 [[gnu::always_inline]] inline float hsum(Lanes v) {
   typedef float Half __attribute__((vector_size(32)));
   typedef float Quarter __attribute__((vector_size(16)));

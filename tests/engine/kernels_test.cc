@@ -6,6 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
 
@@ -150,9 +153,8 @@ TEST(Ops, LinearInt8WithinQuantizationBound) {
 
 // Weights already on the int8 grid (as a quantized file holds them) and activations on theirs:
 // the product is the integers' exactly, whichever kernel runs it.
-TEST(Ops, LinearInt8IsExactOnItsGrid) {
-  if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
-  const int in = 131, out = 70;
+void expect_int8_exact_on_grid(int in) {
+  const int out = 70;
   std::vector<int8_t> q(out * in);
   std::vector<float> scale(out);
   std::mt19937 rng(7);
@@ -162,6 +164,7 @@ TEST(Ops, LinearInt8IsExactOnItsGrid) {
   // Every token count through oneDNN too (gemv_tokens 0), where the kernel would take it.
   for (auto [n, gemv] : {std::pair{1, kInt8GemvTokens},
                          {5, kInt8GemvTokens},
+                         {8, kInt8GemvTokens},
                          {33, kInt8GemvTokens},
                          {1, 0},
                          {5, 0}}) {
@@ -174,10 +177,17 @@ TEST(Ops, LinearInt8IsExactOnItsGrid) {
       for (int o = 0; o < out; ++o) {
         long ref = 0;
         for (int i = 0; i < in; ++i) ref += static_cast<long>(x[t * in + i]) * q[o * in + i];
-        ASSERT_EQ(y[t * out + o], static_cast<float>(ref) * scale[o]) << n << " " << t << " " << o;
+        ASSERT_EQ(y[t * out + o], static_cast<float>(ref) * scale[o])
+            << in << " " << n << " " << t << " " << o;
       }
     }
   }
+}
+
+TEST(Ops, LinearInt8IsExactOnItsGrid) {
+  if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  // 131 inputs: one chunk of the kernel's quads; 600: three, the last one short.
+  for (const int in : {131, 600}) expect_int8_exact_on_grid(in);
 }
 
 // Several matrices of one input in one call (a layer's q, k, v): each output exactly as its own
@@ -630,6 +640,40 @@ TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {
   }
   for (const auto& h : hits) EXPECT_EQ(h.load(), 200);
   pool.run(0, [&](int) { ADD_FAILURE(); });
+}
+
+// Ranges of equal work (the decode attention's streams, a prefill's far heavier than a decode's):
+// every index once, each range's in order on one thread, no range much above its share.
+TEST(ThreadPool, RangesCoverEveryIndexOnceByWork) {
+  ThreadPool pool(2);
+  std::vector<long> mixed(64, 1L << 10);  // 64 decode streams, then 8 far heavier prefill ones
+  mixed.insert(mixed.end(), 8, 1L << 20);
+  for (const std::vector<long>& cost :
+       {std::vector<long>(256, 1L << 14), std::vector<long>(7, 1), mixed,
+        std::vector<long>{1L << 20, 5, 5, 5, 1L << 20, 5, 5, 5, 5}}) {
+    const int n = static_cast<int>(cost.size());
+    std::mutex mu;
+    std::vector<std::pair<int, int>> ranges;
+    for_ranges(
+        &pool, n, [&](int i) { return cost[i]; },
+        [&](int i0, int i1) {
+          const std::lock_guard lock(mu);
+          ranges.emplace_back(i0, i1);
+        });
+    std::sort(ranges.begin(), ranges.end());
+    const long total = std::accumulate(cost.begin(), cost.end(), 0L);
+    const long most = *std::max_element(cost.begin(), cost.end());
+    int next = 0;
+    for (const auto& [i0, i1] : ranges) {
+      EXPECT_EQ(i0, next);
+      EXPECT_LT(i0, i1);
+      next = i1;
+      EXPECT_LE(std::accumulate(cost.begin() + i0, cost.begin() + i1, 0L), total / 8 + most + 1);
+    }
+    EXPECT_EQ(next, n);
+  }
+  for_ranges(
+      &pool, 0, [](int) { return 1L; }, [](int, int) { ADD_FAILURE(); });
 }
 
 INSTANTIATE_TEST_SUITE_P(ThresholdsAndLengths, PrefillTest,
