@@ -327,20 +327,17 @@ void CpuBackend::gather_pages(int l, const Batch& b) {
   }
 }
 
-// Ranges of streams on the pool: a thread reads a range's streams one after another, so each
-// decode kernel is told the next stream's pages and fetches their start while it ends its own.
+// Each thread knows the stream it reads next, so its decode kernel fetches that stream's first
+// pages while it ends its own.
 void CpuBackend::attend(int l, const Batch& b) {
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
-  const auto work = [&](int s) {  // multiply-adds: queries x keys x head_dim
+  long work = 0;  // multiply-adds: queries x keys x head_dim
+  for (size_t s = 0; s < pages_.size(); ++s) {
     const long len = b.len(s / nh);
-    return (static_cast<long>(pages_[s].size()) * page_slots + len) * len * c_.head_dim;
-  };
-  cpu::for_ranges(&pool_, static_cast<int>(b.items.size()) * nh, work, [&](int s0, int s1) {
-    for (int s = s0; s < s1; ++s) {
-      attend_stream(
-          l, b, s,
-          s + 1 < s1 ? std::span<const PageView>(pages_[s + 1]) : std::span<const PageView>());
-    }
+    work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * c_.head_dim;
+  }
+  cpu::parallel_for_ahead(&pool_, static_cast<int>(pages_.size()), work, [&](int s, int next) {
+    attend_stream(l, b, s, next >= 0 ? pages_[next] : std::span<const PageView>());
   });
 }
 

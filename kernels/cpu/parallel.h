@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -47,25 +46,15 @@ void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
   parallel_for(pool, parts, work, [&](int i) { f(blocks * i / parts, blocks * (i + 1) / parts); });
 }
 
-// Calls f(i0, i1) for ranges of [0, n) of about equal work (cost(i) multiply-adds each), a few
-// per thread so that a fast thread can take over a slow one's share; a range's indices run in
-// order on one thread, which can so fetch the next one's data ahead of time.
-template <class C, class F>
-void for_ranges(ThreadPool* pool, int n, const C& cost, const F& f) {
-  if (n <= 0) return;
-  std::vector<long> sum(static_cast<size_t>(n) + 1, 0);  // prefix sums of the costs
-  for (int i = 0; i < n; ++i) sum[i + 1] = sum[i] + cost(i);
-  const int threads = pool != nullptr ? pool->threads() : 1;
-  const int parts = std::max(1, std::min(n, threads * 4));
-  std::vector<int> cut{0};  // range k is [cut[k], cut[k + 1])
-  for (int k = 1; k < parts; ++k) {
-    const long target = sum[n] * k / parts;
-    const int at = static_cast<int>(std::lower_bound(sum.begin(), sum.end(), target) - sum.begin());
-    if (at > cut.back() && at < n) cut.push_back(at);
+// Calls f(i, next) for i in [0, n) as parallel_for calls f(i), next being the index the same
+// thread calls next (-1: none), so that it can fetch that one's data ahead of time.
+template <class F>
+void parallel_for_ahead(ThreadPool* pool, int n, long work, const F& f) {
+  if (pool == nullptr || pool->threads() <= 1 || work < kMinParallelWork) {
+    for (int i = 0; i < n; ++i) f(i, i + 1 < n ? i + 1 : -1);
+  } else {
+    pool->run_ahead(n, f);
   }
-  cut.push_back(n);
-  parallel_for(pool, static_cast<int>(cut.size()) - 1, sum[n],
-               [&](int k) { f(cut[k], cut[k + 1]); });
 }
 
 // Makes OpenBLAS run in its caller's thread; call once per process.

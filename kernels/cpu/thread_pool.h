@@ -16,6 +16,10 @@ class ThreadPool {
   int threads() const { return threads_; }
   // Calls f(i) for every i in [0, n) and returns when all calls have returned.
   void run(int n, const std::function<void(int)>& f) const;
+  // As run, calling f(i, next) where next is the index the same thread calls next (-1: none): a
+  // thread claims its next index before it runs the current one, so it can fetch that one's data
+  // while it ends this one. The team still meets within two indices of each other.
+  void run_ahead(int n, const std::function<void(int, int)>& f) const;
 
  private:
   int threads_;

@@ -6,9 +6,10 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <mutex>
-#include <numeric>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -18,7 +19,6 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
 
@@ -642,38 +642,29 @@ TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {
   pool.run(0, [&](int) { ADD_FAILURE(); });
 }
 
-// Ranges of equal work (the decode attention's streams, a prefill's far heavier than a decode's):
-// every index once, each range's in order on one thread, no range much above its share.
-TEST(ThreadPool, RangesCoverEveryIndexOnceByWork) {
-  ThreadPool pool(2);
-  std::vector<long> mixed(64, 1L << 10);  // 64 decode streams, then 8 far heavier prefill ones
-  mixed.insert(mixed.end(), 8, 1L << 20);
-  for (const std::vector<long>& cost :
-       {std::vector<long>(256, 1L << 14), std::vector<long>(7, 1), mixed,
-        std::vector<long>{1L << 20, 5, 5, 5, 1L << 20, 5, 5, 5, 5}}) {
-    const int n = static_cast<int>(cost.size());
-    std::mutex mu;
-    std::vector<std::pair<int, int>> ranges;
-    for_ranges(
-        &pool, n, [&](int i) { return cost[i]; },
-        [&](int i0, int i1) {
-          const std::lock_guard lock(mu);
-          ranges.emplace_back(i0, i1);
-        });
-    std::sort(ranges.begin(), ranges.end());
-    const long total = std::accumulate(cost.begin(), cost.end(), 0L);
-    const long most = *std::max_element(cost.begin(), cost.end());
-    int next = 0;
-    for (const auto& [i0, i1] : ranges) {
-      EXPECT_EQ(i0, next);
-      EXPECT_LT(i0, i1);
-      next = i1;
-      EXPECT_LE(std::accumulate(cost.begin() + i0, cost.begin() + i1, 0L), total / 8 + most + 1);
+// Each index once, and each thread's `next` the index it then runs: the indices one thread ran,
+// in its order, are a chain of next links ending in -1.
+TEST(ThreadPool, RunAheadTellsEachThreadItsNextIndex) {
+  for (const int threads : {1, 2, 3}) {
+    const ThreadPool pool(threads);
+    for (int run = 0; run < 50; ++run) {
+      std::mutex mu;
+      std::map<std::thread::id, std::vector<std::pair<int, int>>> calls;  // thread -> (i, next)
+      pool.run_ahead(97, [&](int i, int next) {
+        const std::lock_guard lock(mu);
+        calls[std::this_thread::get_id()].emplace_back(i, next);
+      });
+      std::vector<int> hits(97, 0);
+      for (const auto& [thread, seq] : calls) {
+        for (size_t k = 0; k < seq.size(); ++k) {
+          ++hits[seq[k].first];
+          EXPECT_EQ(seq[k].second, k + 1 < seq.size() ? seq[k + 1].first : -1);
+        }
+      }
+      for (const int h : hits) EXPECT_EQ(h, 1);
     }
-    EXPECT_EQ(next, n);
   }
-  for_ranges(
-      &pool, 0, [](int) { return 1L; }, [](int, int) { ADD_FAILURE(); });
+  ThreadPool(2).run_ahead(0, [](int, int) { ADD_FAILURE(); });
 }
 
 INSTANTIATE_TEST_SUITE_P(ThresholdsAndLengths, PrefillTest,
