@@ -1,10 +1,10 @@
 // The CPU decode attention kernel alone: one query per stream over its cached pages, every stream
 // of a batch on 2 threads, the pages in a real page table (cache/page_table.h, huge pages) handed
-// to the streams either interleaved, as a batch decoding in step takes them from the pool, or
-// contiguous. Prints the bytes of keys, values and field read per second (fastest of --reps).
-//   build/bench/fpa-attention-bench --streams 256 --keys 512 --kv_dtype bf16
-#include <omp.h>
-
+// to the streams interleaved (page by page, as a batch decoding in step takes them from the pool),
+// contiguous, or scattered (each stream's pages together, the streams in a shuffled order: the
+// page ledger's layout after prefill). Prints the bytes of keys, values and field read per second
+// (fastest of --reps).
+//   build/bench/fpa-attention-bench --streams 256 --keys 512 --kv_dtype bf16 --layout scattered
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "cache/page_table.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
 
 ABSL_FLAG(int, streams, 256, "streams (sequences x layers' heads of one layer)");
@@ -27,7 +28,8 @@ ABSL_FLAG(std::string, kv_dtype, "bf16", "f32 | bf16");
 ABSL_FLAG(std::string, layout, "interleaved",
           "interleaved | contiguous | scattered (each stream's pages together, the streams in a "
           "shuffled order): the streams' pages");
-ABSL_FLAG(bool, then, true, "each stream's kernel told the pages of the stream read next");
+ABSL_FLAG(bool, then, true,
+          "each stream's kernel told the pages of the stream its thread reads next");
 ABSL_FLAG(int, threads, 2, "threads");
 ABSL_FLAG(int, reps, 15, "timed repetitions (the fastest is reported)");
 
@@ -67,22 +69,17 @@ int run() {
   }
   if (scattered) std::shuffle(pages.begin(), pages.end(), rng);
   std::vector<float> q(dim, 0.1f), own(dim, 0.1f), out(static_cast<size_t>(streams) * dim);
+  const cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
   double best = 1e30;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    // Ranges of streams, as the CPU backend shares them out.
-    const int threads = absl::GetFlag(FLAGS_threads), parts = std::min(streams, 4 * threads);
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-    for (int part = 0; part < parts; ++part) {
-      const int end = streams * (part + 1) / parts;
-      for (int s = streams * part / parts; s < end; ++s) {
-        const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
-        const bool next = then && s + 1 < end;
-        cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
-                              out.data() + static_cast<size_t>(s) * dim,
-                              next ? pages[s + 1] : std::span<const cache::PageView>());
-      }
-    }
+    // As the CPU backend shares them out: each thread told the stream it reads next.
+    pool.run_ahead(streams, [&](int s, int next) {
+      const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
+      cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
+                            out.data() + static_cast<size_t>(s) * dim,
+                            then && next >= 0 ? pages[next] : std::span<const cache::PageView>());
+    });
     best = std::min(best,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
