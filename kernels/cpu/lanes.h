@@ -35,11 +35,16 @@ typedef float Lanes __attribute__((vector_size(64)));
 // 16 int32 lanes, for masks and slot positions.
 typedef int32_t Ints __attribute__((vector_size(64)));
 
-// Whether any lane of a mask is set.
+// Whether any lane of a mask is set: a tree of ORs (a loop over the lanes compiled to 16 lane
+// extractions).
 [[gnu::always_inline]] inline bool any(Ints mask) {
-  bool set = false;
-  for (int j = 0; j < 16; ++j) set |= mask[j] != 0;
-  return set;
+  typedef int32_t Half __attribute__((vector_size(32)));
+  typedef int32_t Quarter __attribute__((vector_size(16)));
+  const Half h = __builtin_shufflevector(mask, mask, 0, 1, 2, 3, 4, 5, 6, 7) |
+                 __builtin_shufflevector(mask, mask, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Quarter q =
+      __builtin_shufflevector(h, h, 0, 1, 2, 3) | __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return ((q[0] | q[1]) | (q[2] | q[3])) != 0;
 }
 
 [[gnu::always_inline]] inline float hsum(Lanes v) {

@@ -499,6 +499,16 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeTest, ::testing::Values(8, 16, 64));
 
 // The decode kernel's 16 sums at once equal 16 single sums bit for bit, so scoring 16 keys at a
 // time moved no score.
+// Each lane alone set, and none.
+TEST(Lanes, AnyFindsEverySetLane) {
+  EXPECT_FALSE(any(Ints{}));
+  for (int j = 0; j < 16; ++j) {
+    Ints mask{};
+    mask[j] = -1;
+    EXPECT_TRUE(any(mask)) << j;
+  }
+}
+
 TEST(Lanes, Hsum16EqualsEachHsum) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
     const std::vector<float> x = randn(16 * 16, seed, 1e3f);
