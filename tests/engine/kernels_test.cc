@@ -186,7 +186,8 @@ void expect_int8_exact_on_grid(int in) {
 
 TEST(Ops, LinearInt8IsExactOnItsGrid) {
   if (!cpu_has_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
-  // 131 inputs: one chunk of the kernel's quads; 600: three, the last one short.
+  // Rows of 131 inputs (not a whole number of quads) and of 600 (150 quads, each token tile
+  // reading the block again while the next one is fetched).
   for (const int in : {131, 600}) expect_int8_exact_on_grid(in);
 }
 
