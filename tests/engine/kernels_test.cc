@@ -161,18 +161,21 @@ void expect_int8_exact_on_grid(int in) {
   for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
   for (int o = 0; o < out; ++o) scale[o] = std::ldexp(1.0f, -static_cast<int>(o % 5));
   const Int8Matrix wq(Matrix{.rows = out, .cols = in, .i8 = q.data(), .scale = scale.data()});
-  // Every token count through oneDNN too (gemv_tokens 0), where the kernel would take it.
+  // Every token count through oneDNN too (gemv_tokens 0), where the kernel would take it; 300
+  // tokens quantized in blocks of rows, on both threads where the row is long enough.
+  ThreadPool pool(2);
   for (auto [n, gemv] : {std::pair{1, kInt8GemvTokens},
                          {5, kInt8GemvTokens},
                          {8, kInt8GemvTokens},
                          {33, kInt8GemvTokens},
+                         {300, kInt8GemvTokens},
                          {1, 0},
                          {5, 0}}) {
     std::vector<float> x(n * in);
     for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 255) - 127);
     for (int t = 0; t < n; ++t) x[t * in] = 127;  // each token's scale exactly 1
     std::vector<float> y(n * out);
-    linear_int8(x.data(), n, wq, y.data(), nullptr, false, gemv);
+    linear_int8(x.data(), n, wq, y.data(), &pool, false, gemv);
     for (int t = 0; t < n; ++t) {
       for (int o = 0; o < out; ++o) {
         long ref = 0;
