@@ -111,6 +111,25 @@ PageView PageTable::view(int32_t page) const {
   return v;
 }
 
+void PageTable::prefetch_slot(int32_t gslot) const {
+  const PageView v = view(gslot / slots_);
+  const int32_t s = gslot % slots_;
+  __builtin_prefetch(v.pos + s);
+  __builtin_prefetch(v.lvl + s);
+  __builtin_prefetch(v.m + s);
+  __builtin_prefetch(where_.data() + gslot);
+}
+
+void PageTable::prefetch_page(int32_t page) const {
+  const PageView v = view(page);
+  __builtin_prefetch(info_.data() + page);
+  __builtin_prefetch(next_free_.data() + static_cast<size_t>(page) * slots_);
+  for (const void* field : {static_cast<const void*>(v.pos), static_cast<const void*>(v.lvl),
+                            static_cast<const void*>(v.m), static_cast<const void*>(v.acc)}) {
+    __builtin_prefetch(field);
+  }
+}
+
 void PageTable::adopt(StreamPages& stream, int32_t page) {
   PageInfo& info = info_[static_cast<size_t>(page)];
   const PageView v = view(page);

@@ -67,6 +67,11 @@ class PageTable {
   // least one page; reports each move (from, to) before the source slot is cleared. Pages freed.
   int compact(StreamPages& stream, const std::function<void(int32_t from, int32_t to)>& moved);
 
+  // Hints, which change nothing: start fetching a slot's level, minimum, position and place in
+  // its stream's order; a page's bookkeeping and the first line of each of its slot fields.
+  void prefetch_slot(int32_t gslot) const;
+  void prefetch_page(int32_t page) const;
+
  private:
   PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, std::byte* base);
   int32_t claim(StreamPages& stream, int32_t page);  // a free slot of an owned page

@@ -67,6 +67,23 @@ class SequenceAccount {
   const int64_t pages_;
 };
 
+// KvCache::prefetch's steps for one stream.
+void prefetch_stream(const PageTable& table, const Stream& stream, int step) {
+  if (step == 0) {
+    const char* record = reinterpret_cast<const char*>(&stream);
+    for (size_t at = 0; at < sizeof(Stream); at += 64) __builtin_prefetch(record + at);
+  } else if (step == 1) {
+    if (!stream.pending.empty()) __builtin_prefetch(stream.pending.data());
+    for (const std::vector<int32_t>* list : {&stream.pages.nonfull, &stream.pages.pages}) {
+      if (!list->empty()) __builtin_prefetch(&list->back());
+    }
+    if (!stream.order.empty()) __builtin_prefetch(&stream.order.top());
+  } else {
+    for (int32_t gslot : stream.pending) table.prefetch_slot(gslot);
+    if (!stream.pages.nonfull.empty()) table.prefetch_page(stream.pages.nonfull.back());
+  }
+}
+
 class PagedKvCache final : public KvCache {
  public:
   PagedKvCache(CacheShape shape, std::unique_ptr<PageTable> table)
@@ -282,6 +299,13 @@ class PagedKvCache final : public KvCache {
     const Stream* stream = locate(id, layer, head).second;
     if (stream == nullptr) return {};
     return stream->pages.pages;
+  }
+
+  void prefetch(SeqId id, int layer, int head, int step) const override {
+    std::shared_lock lock(mu_);
+    if (const Stream* stream = locate(id, layer, head).second) {
+      prefetch_stream(*table_, *stream, step);
+    }
   }
 
   PageView page(int32_t page_id) override {

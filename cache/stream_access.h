@@ -29,6 +29,9 @@ class StreamAccess {
   void set_last_phi(SeqId seq, int layer, int head, float phi) {
     e_.set_last_phi(seq, layer, head, phi);
   }
+  void prefetch(SeqId seq, int layer, int head, int step) const {
+    e_.prefetch(seq, layer, head, step);
+  }
   int compact(SeqId seq, int layer, int head,
               const std::function<void(SlotRef from, SlotRef to)>& on_move = {}) {
     return e_.compact(seq, layer, head, on_move);

@@ -50,6 +50,11 @@ class StreamEditor {
   // reported to `on_move` (apply_layer sends it to the device). Returns pages freed.
   virtual int compact(SeqId seq, int layer, int head,
                       const std::function<void(SlotRef from, SlotRef to)>& on_move = {}) = 0;
+  // A hint, which changes nothing: starts fetching what the stream's next edits read, one step of
+  // its state at a time, each readable once the one before it has arrived (0: the stream's own
+  // record; 1: the lists it holds; 2: the slots and the open page those name). A layer's update
+  // asks for the streams a few ahead of the one it edits, which otherwise waits on each load.
+  virtual void prefetch(SeqId seq, int layer, int head, int step) const = 0;
   // Where a layer's slot edits go: the attached device, or null when there is none and the host
   // holds the keys. FailedPrecondition when the keys live on a device and none is attached: an
   // edit then could not reach them, so none may be made.

@@ -33,6 +33,36 @@ absl::Status insert_key(KvCache& cache, SeqId seq, int l, int h, int32_t pos, fl
   return StreamAccess(cache).insert(seq, l, h, pos, lvl, k.data(), k.data()).status();
 }
 
+// KvCache::prefetch is a hint: at every step, on streams full, empty, with keys pending and
+// without, on a sequence or a stream that does not exist, it reads only what is there (ASan, in
+// cache_tests_asan) and changes nothing.
+TEST(Pool, PrefetchChangesNothing) {
+  const CacheShape shape{.n_layers = 2, .n_heads = 2, .head_dim = 2, .page_slots = 4};
+  auto cache = testing::make_cache(shape, 16);
+  const SeqId seq = *cache->add_sequence(fpa_policy(1.0f));
+  const SeqId empty = *cache->add_sequence(fpa_policy(1.0f));
+  // Layer 0 head 0: two full pages and keys in the order; head 1: one key, still pending.
+  for (int32_t pos = 0; pos < 8; ++pos) {
+    StreamAccess(*cache).evict_for_step(seq, 0, 0, 0.0f, 1.0f, pos);
+    ASSERT_TRUE(insert_key(*cache, seq, 0, 0, pos, 0.5f).ok());
+  }
+  ASSERT_TRUE(insert_key(*cache, seq, 0, 1, 0, 0.5f).ok());
+  const CacheStats before = cache->stats();
+  const auto keys = testing::live_keys(*cache, seq, 0, 0);
+  for (int step = 0; step < 3; ++step) {
+    for (const SeqId s : {seq, empty, SeqId{999}}) {
+      for (int l = -1; l <= shape.n_layers; ++l) {
+        for (int h = -1; h <= shape.n_heads; ++h) StreamAccess(*cache).prefetch(s, l, h, step);
+      }
+    }
+  }
+  const CacheStats after = cache->stats();
+  EXPECT_EQ(after.pages_in_use, before.pages_in_use);
+  EXPECT_EQ(after.live_slots, before.live_slots);
+  EXPECT_EQ(testing::live_keys(*cache, seq, 0, 0).size(), keys.size());
+  expect_consistent(*cache, {{seq, 9}, {empty, 0}});
+}
+
 TEST(Pool, PageFreedTheStepItsLastKeyDies) {
   const CacheShape shape{.n_layers = 1, .n_heads = 1, .head_dim = 2, .page_slots = 4};
   auto cache = testing::make_cache(shape, 8);
