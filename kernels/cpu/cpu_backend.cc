@@ -365,11 +365,12 @@ void CpuBackend::attend_stream(int l, const Batch& b, int s, std::span<const Pag
 
 // The cache evicts, inserts the step's keys (with the attention mass they got) and
 // compacts, as for every backend.
-// TODO(issue 26): on the calling thread while the pool waits, about 650 us a layer for the 1b FPA
-// shape at batch 8 (a sixth of its decode step), nearly all of it each stream's state fetched
-// from memory again. Run per item on the pool, or per stream just after its attention, it lost
-// as much to the cache's per-call lock and ledger traffic between the threads (RESULTS.md,
-// "Runs of 2026-12-05, fourth session"): sharing it needs streams resolved once a layer.
+// TODO(issue 26): on the calling thread while the pool waits: 450-510 us a layer for the 1b FPA
+// shape at batch 8 with the cache's prefetch (540-770 without), about a seventh of its decode
+// step, most of it each stream's state fetched from memory again. Run per item on the pool, or
+// per stream just after its attention, it lost as much to the cache's per-call lock and ledger
+// traffic between the threads (RESULTS.md, "Runs of 2026-12-05, fourth session"): sharing it
+// needs streams resolved once a layer.
 absl::Status CpuBackend::update_cache(int l, const Batch& b) {
   const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1,
                               b.tokens(),  k_.data(),   v_.data(),   width()};
