@@ -206,8 +206,8 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
   });
 }
 
-// x[n, cols] quantized as quantize_tokens does, blocks of tokens on the pool: serial, a
-// 512-token prompt chunk's five quantizations a layer were 4.5% of its prefill.
+// x[n, cols] quantized as quantize_tokens does, blocks of tokens on the pool: serial, each of a
+// prompt chunk's quantizations kept the pool's other thread waiting.
 void quantize_rows(const float* x, int n, int cols, uint8_t* out, float* sx, ThreadPool* pool) {
   for_row_blocks(pool, n, static_cast<long>(n) * cols, [&](int r0, int rows) {
     const long at = static_cast<long>(r0) * cols;
