@@ -185,6 +185,16 @@ bool gemv_fits(std::span<const Int8Output> outs) {
   });
 }
 
+// x[n, cols] quantized as quantize_tokens does (rows `stride` apart), blocks of tokens on the
+// pool: serial, each of a prompt chunk's quantizations kept the pool's other thread waiting.
+void quantize_rows(const float* x, int n, int cols, int stride, uint8_t* out, float* sx,
+                   ThreadPool* pool) {
+  for_row_blocks(pool, n, static_cast<long>(n) * cols, [&](int r0, int rows) {
+    quantize_tokens(x + static_cast<long>(r0) * cols, rows, cols, stride,
+                    out + static_cast<long>(r0) * stride, sx + r0);
+  });
+}
+
 // 1 to gemv_tokens tokens: the hand-written kernel over the packed blocks, every output's blocks
 // numbered one after another and shared out in one pass over the pool.
 void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool) {
@@ -192,7 +202,7 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
   float* sx = scratch<float>(n);
   const int stride = static_cast<int>(w0.block() / 64);
   uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * stride);
-  quantize_tokens(x, n, w0.cols(), stride, xq, sx);
+  quantize_rows(x, n, w0.cols(), stride, xq, sx, pool);
   long rows = 0;
   for (const Int8Output& o : outs) rows += (o.w->rows() + 63) / 64 * 64;
   for_output_blocks(pool, static_cast<int>(rows), n * rows * w0.cols(), [&](int b0, int b1) {
@@ -203,15 +213,6 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
       if (lo < hi) gemv_blocks(*o.w, xq, sx, n, o.y, lo, hi, o.accumulate);
       first += blocks;
     }
-  });
-}
-
-// x[n, cols] quantized as quantize_tokens does, blocks of tokens on the pool: serial, each of a
-// prompt chunk's quantizations kept the pool's other thread waiting.
-void quantize_rows(const float* x, int n, int cols, uint8_t* out, float* sx, ThreadPool* pool) {
-  for_row_blocks(pool, n, static_cast<long>(n) * cols, [&](int r0, int rows) {
-    const long at = static_cast<long>(r0) * cols;
-    quantize_tokens(x + at, rows, cols, cols, out + at, sx + r0);
   });
 }
 
@@ -273,7 +274,7 @@ void linear_int8(const float* x, int n, std::span<const Int8Output> outs, Thread
   const int cols = outs[0].w->cols();
   float* sx = scratch<float>(n);
   uint8_t* xq = scratch<uint8_t>(static_cast<size_t>(n) * cols);
-  quantize_rows(x, n, cols, xq, sx, pool);
+  quantize_rows(x, n, cols, cols, xq, sx, pool);
   for (const Int8Output& o : outs) onednn_product(xq, sx, n, *o.w, o.y, pool, o.accumulate);
 }
 
