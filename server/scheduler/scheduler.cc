@@ -216,9 +216,13 @@ void Scheduler::admit() {
       a = std::move(waiting_.front());
       waiting_.pop_front();
       n_waiting_ = static_cast<int>(waiting_.size());
+      // Counted as running before the lock goes: a request between the queue and the batch is
+      // in neither, and submit() would take one more than --max-batch + --max-queue.
+      n_running_ = static_cast<int>(running_.size()) + 1;
     }
     if (absl::Status st = start_sequence(*a); !st.ok()) {
       complete(*a, st);
+      n_running_ = static_cast<int>(running_.size());
       continue;
     }
     a->refresh_next(options_.prefill_chunk);
@@ -274,6 +278,7 @@ void Scheduler::iterate() {
       waiting_.push_front(std::move(*it));
     }
     n_waiting_ = static_cast<int>(waiting_.size());
+    n_running_ = static_cast<int>(running_.size());  // each request counted once
   }
   if (plan.inputs.empty()) return;
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -271,6 +272,46 @@ TEST_F(SchedulerTest, StormOfPreemptionsAndCancellationsLeavesNoPage) {
   }
   EXPECT_GT(ok, 0);
   EXPECT_GT(cancelled, 0);
+  expect_empty();
+}
+
+// Counts the requests that finished, whatever their status.
+class CountFinished : public RequestSink {
+ public:
+  explicit CountFinished(std::atomic<int>& finished) : finished_(finished) {}
+  void on_tokens(TokenChunk) override {}
+  void on_finish(Completion) override { finished_.fetch_add(1); }
+
+ private:
+  std::atomic<int>& finished_;
+};
+
+// Submissions as fast as they are refused, against short requests the loop keeps admitting: the
+// requests accepted and not yet finished never exceed --max-batch + --max-queue, including while
+// one is between the queue and the batch (once counted in neither, so a fourth was accepted).
+TEST_F(SchedulerTest, QueueLimitHoldsWhileRequestsAreAdmitted) {
+  serve(4096, {.max_batch = 1, .max_queue = 2});
+  scheduler_->start();
+  std::atomic<int> finished{0};
+  CountFinished sink(finished);
+  std::vector<std::shared_ptr<Request>> accepted;
+  int refused = 0, worst = 0;
+  for (int i = 0; accepted.size() < 3000 && i < 20000000; ++i) {
+    auto r = std::make_shared<Request>();
+    r->params = params(prompt(8, i), 1, cache::Policy::kNone);
+    r->sink = &sink;
+    const absl::Status st = scheduler_->submit(r);
+    if (!st.ok()) {
+      ASSERT_TRUE(absl::IsResourceExhausted(st)) << st;
+      ++refused;
+      continue;
+    }
+    accepted.push_back(std::move(r));
+    worst = std::max(worst, static_cast<int>(accepted.size()) - finished.load());
+  }
+  EXPECT_EQ(accepted.size(), 3000u);
+  EXPECT_GT(refused, 0);
+  EXPECT_LE(worst, 3) << "requests accepted and unfinished at once, for a limit of 1 + 2";
   expect_empty();
 }
 

@@ -57,10 +57,11 @@ def test_queue_overflow_is_resource_exhausted(make_server):
     calls = [s.client.stream(f"request {i}", max_new_tokens=LONG, ignore_eos=True)
              for i in range(6)]
     # Whatever order they reach the server in: one runs, two wait, three are refused at once.
-    # "At once" under TSan on a loaded machine took over 10 s once (a clean-clone CI run): the
-    # wait is long, and the count is checked after it, so that a server that ended every call
-    # says so instead of timing out.
-    wait_for(lambda: sum(c.done() for c in calls) >= 3, timeout=60.0)
+    # (Twice in CI under TSan only two were: a call that came while the first went from the
+    # queue to the batch was counted against neither; the scheduler test
+    # QueueLimitHoldsWhileRequestsAreAdmitted reproduces it.) The count is checked after the
+    # wait, so that a server that ended every call says so.
+    wait_for(lambda: sum(c.done() for c in calls) >= 3, timeout=30.0)
     assert sum(c.done() for c in calls) == 3
     stats = s.client.cache_stats()
     assert (stats.requests_running, stats.requests_waiting) == (1, 2)
