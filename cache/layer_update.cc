@@ -21,6 +21,8 @@ class LayerWriter {
 
   // Checked before any edit: a device-resident pool with no device must not change at all.
   absl::Status device_status() const { return device_.status(); }
+  // Whether the edits go to a device, which takes them in the layer's one order.
+  bool sends() const { return device_.ok() && *device_ != nullptr; }
   void send() const {
     if (sends()) (*device_)->apply(layer_, out_);
   }
@@ -30,15 +32,15 @@ class LayerWriter {
   }
 
   // One key of row `row` at `pos`, running minimum `m`.
-  absl::Status insert(SeqId seq, int head, int row, int32_t pos, float m) {
-    const size_t pages_before = sends() ? cache_.pages(seq, layer_, head).size() : 0;
+  absl::Status insert(SeqRef seq, int head, int row, int32_t pos, float m) {
+    const size_t pages_before = sends() ? cache_.pages(seq.id, layer_, head).size() : 0;
     const float lvl = at(rows_.lvl, row, head);
     const long kv = row * rows_.kv_stride + static_cast<long>(head) * cache_.shape().head_dim;
     absl::StatusOr<SlotRef> slot =
         cache_.insert(seq, layer_, head, pos, lvl, rows_.k ? rows_.k + kv : nullptr,
                       rows_.v ? rows_.v + kv : nullptr, m);
     if (!slot.ok()) return slot.status();
-    if (sends() && cache_.pages(seq, layer_, head).size() > pages_before) {
+    if (sends() && cache_.pages(seq.id, layer_, head).size() > pages_before) {
       out_.reset_pages.push_back(slot->page);
     }
     if (rows_.acc != nullptr && rows_.k != nullptr) {
@@ -54,21 +56,21 @@ class LayerWriter {
   // A decode token: evict at its phi, then insert it. When keys are ranked by the current
   // query's attention alone (MassRule::kLast: tova), the new key has its score already and
   // competes with the others: insert it, then evict.
-  absl::StatusOr<int> decode(const BatchItem& item, int row0, int head, float beta,
+  absl::StatusOr<int> decode(const BatchItem& item, SeqRef seq, int row0, int head, float beta,
                              bool new_key_competes) {
     const auto evict = [&] {
-      return cache_.evict_for_step(item.seq, layer_, head, at(rows_.phi, row0, head), beta,
+      return cache_.evict_for_step(seq, layer_, head, at(rows_.phi, row0, head), beta,
                                    item.start_pos);
     };
     const int evicted = new_key_competes ? 0 : evict();
-    if (absl::Status s = insert(item.seq, head, row0, item.start_pos, kInf); !s.ok()) return s;
+    if (absl::Status s = insert(seq, head, row0, item.start_pos, kInf); !s.ok()) return s;
     return new_key_competes ? evict() : evicted;
   }
 
   // A prompt chunk: insert its keys with their suffix minimum, then evict at the chunk's minimum.
   // A key already dead by the dips after it within the chunk is never cached (it counts as
   // evicted), which spares the pages and a mirror's writes.
-  absl::StatusOr<int> chunk(const BatchItem& item, int row0, int head, float beta) {
+  absl::StatusOr<int> chunk(const BatchItem& item, SeqRef seq, int row0, int head, float beta) {
     const int len = static_cast<int>(item.tokens.size());
     const float thr = cache_.threshold(item.seq, beta);
     float after = kInf;  // min of phi over the rows after t
@@ -86,33 +88,33 @@ class LayerWriter {
         ++dropped;
         continue;
       }
-      absl::Status s = insert(item.seq, head, row0 + t, item.start_pos + t, m);
+      absl::Status s = insert(seq, head, row0 + t, item.start_pos + t, m);
       if (!s.ok()) return s;
     }
     cache_.count_dropped(dropped);
-    return cache_.evict_for_chunk(item.seq, layer_, head, lowest, beta, item.start_pos + len - 1);
+    return cache_.evict_for_chunk(seq, layer_, head, lowest, beta, item.start_pos + len - 1);
   }
 
   // Asks the cache for the state of the streams after stream s (counted item by item, head by
   // head, in step order), 3 - step times kAhead ahead at step `step` of KvCache::prefetch: a
   // stream's state was fetched from memory load by load, 5-6 us a stream.
-  void prefetch_ahead(std::span<const BatchItem> items, int heads, int s) const {
+  void prefetch_ahead(int heads, int s) const {
     constexpr int kAhead = 4;
-    const int streams = static_cast<int>(items.size()) * heads;
+    const int streams = static_cast<int>(seqs_.size()) * heads;
     for (int step = 0; step < 3; ++step) {
       const int ahead = s + kAhead * (3 - step);
       if (ahead < streams) {
-        cache_.prefetch(items[static_cast<size_t>(ahead / heads)].seq, layer_, ahead % heads, step);
+        cache_.prefetch(seqs_[static_cast<size_t>(ahead / heads)], layer_, ahead % heads, step);
       }
     }
   }
 
   // The walk's value at the item's last row, where the next step continues it.
-  void keep_phi(const BatchItem& item, int last_row, int head) {
-    cache_.set_last_phi(item.seq, layer_, head, at(rows_.phi, last_row, head));
+  void keep_phi(SeqRef seq, int last_row, int head) {
+    cache_.set_last_phi(seq, layer_, head, at(rows_.phi, last_row, head));
   }
 
-  void compact(SeqId seq, int head) {
+  void compact(SeqRef seq, int head) {
     if (!sends()) {
       cache_.compact(seq, layer_, head);
       return;
@@ -123,43 +125,116 @@ class LayerWriter {
     });
   }
 
- private:
-  bool sends() const { return device_.ok() && *device_ != nullptr; }
+  // Item i's streams at `row0`: evicts and inserts head by head, then settles their counters
+  // (also when an edit failed). Appends the heads that lost keys to `shrunk`.
+  absl::StatusOr<int> item(const BatchItem& item, size_t i, int row0, std::span<const float> beta,
+                           std::vector<int>& shrunk) {
+    const SeqRef seq = seqs_[i];
+    const int len = static_cast<int>(item.tokens.size());
+    const int heads = static_cast<int>(beta.size());
+    const bool competes = cache_.mass_rule(item.seq).mode == MassRule::Mode::kLast;
+    absl::StatusOr<int> evicted = 0;
+    for (int h = 0; h < heads; ++h) {
+      prefetch_ahead(heads, static_cast<int>(i) * heads + h);
+      absl::StatusOr<int> n = len == 1 ? decode(item, seq, row0, h, beta[h], competes)
+                                       : chunk(item, seq, row0, h, beta[h]);
+      if (!n.ok()) {
+        evicted = n.status();
+        break;
+      }
+      *evicted += *n;
+      if (*n > 0) shrunk.push_back(h);
+      keep_phi(seq, row0 + len - 1, h);
+    }
+    cache_.settle(seq, layer_, 0, heads);
+    return evicted;
+  }
 
+  // The items' whole update, their rows from `row0`: every item's evictions and inserts, then
+  // the compaction of the streams that lost keys (after every insert of these items, so that a
+  // page compaction frees is never handed to another of their streams before the writes above).
+  absl::StatusOr<int64_t> apply(std::span<const BatchItem> items, std::span<const float> beta,
+                                int row0) {
+    seqs_.clear();
+    for (const BatchItem& item : items) seqs_.push_back(cache_.resolve(item.seq));
+    int64_t evicted = 0;
+    std::vector<std::pair<SeqRef, int>> shrunk;  // (seq, head) that lost keys
+    std::vector<int> heads;
+    for (size_t i = 0; i < items.size(); ++i) {
+      heads.clear();
+      absl::StatusOr<int> n = item(items[i], i, row0, beta, heads);
+      if (!n.ok()) return n.status();
+      evicted += *n;
+      for (int h : heads) shrunk.emplace_back(seqs_[i], h);
+      row0 += static_cast<int>(items[i].tokens.size());
+    }
+    for (const auto& [seq, h] : shrunk) compact(seq, h);
+    send();
+    return evicted;
+  }
+
+ private:
   KvCache& cache_;
   const int layer_;
   const LayerRows& rows_;
   const absl::StatusOr<DevicePool*> device_;
   LayerEdits out_;
   std::vector<float> suffix_;
+  std::vector<SeqRef> seqs_;  // the items' sequences, looked up once
 };
 
+namespace {
+
+// Items split into `slices` runs of consecutive items with about as many rows each; returns the
+// first item of each run and, last, items.size().
+std::vector<size_t> split_items(std::span<const BatchItem> items, int slices) {
+  int64_t total = 0;
+  for (const BatchItem& item : items) total += static_cast<int64_t>(item.tokens.size());
+  std::vector<size_t> first{0};
+  int64_t row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    // Item i opens the next run once the rows before it reach that run's share.
+    if (row * slices >= total * static_cast<int64_t>(first.size()) && i > first.back()) {
+      first.push_back(i);
+    }
+    row += static_cast<int64_t>(items[i].tokens.size());
+  }
+  first.push_back(items.size());
+  return first;
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> apply_layer(KvCache& cache, int layer, std::span<const BatchItem> items,
-                                    std::span<const float> beta, const LayerRows& rows) {
+                                    std::span<const float> beta, const LayerRows& rows,
+                                    const Workers* workers) {
   LayerWriter writer(cache, layer, rows);
   if (absl::Status s = writer.device_status(); !s.ok()) return s;
-  int64_t evicted = 0;
-  std::vector<std::pair<SeqId, int>> shrunk;  // (seq, head) that lost keys
-  const int heads = static_cast<int>(beta.size());
-  int row0 = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const BatchItem& item = items[i];
-    const int len = static_cast<int>(item.tokens.size());
-    const bool competes = cache.mass_rule(item.seq).mode == MassRule::Mode::kLast;
-    for (int h = 0; h < heads; ++h) {
-      writer.prefetch_ahead(items, heads, static_cast<int>(i) * heads + h);
-      absl::StatusOr<int> n = len == 1 ? writer.decode(item, row0, h, beta[h], competes)
-                                       : writer.chunk(item, row0, h, beta[h]);
-      if (!n.ok()) return n.status();
-      evicted += *n;
-      if (*n > 0) shrunk.emplace_back(item.seq, h);
-      writer.keep_phi(item, row0 + len - 1, h);
+  const int slices = workers == nullptr || writer.sends()
+                         ? 1
+                         : std::min(workers->threads, static_cast<int>(items.size()));
+  if (slices <= 1) return writer.apply(items, beta, 0);
+  // Sequences apart, on the workers: a host pool only, whose edits need no order among them.
+  const std::vector<size_t> first = split_items(items, slices);
+  const int runs = static_cast<int>(first.size()) - 1;
+  std::vector<int> row0(static_cast<size_t>(runs), 0);
+  for (int r = 1; r < runs; ++r) {
+    row0[r] = row0[r - 1];
+    for (size_t i = first[r - 1]; i < first[r]; ++i) {
+      row0[r] += static_cast<int>(items[i].tokens.size());
     }
-    row0 += len;
   }
-  for (const auto& [seq, h] : shrunk) writer.compact(seq, h);
-  writer.send();
-  return evicted;
+  std::vector<absl::StatusOr<int64_t>> evicted(static_cast<size_t>(runs), int64_t{0});
+  workers->run(runs, [&](int r) {
+    evicted[r] = LayerWriter(cache, layer, rows)
+                     .apply(items.subspan(first[r], first[r + 1] - first[r]), beta, row0[r]);
+  });
+  int64_t total = 0;
+  for (const absl::StatusOr<int64_t>& n : evicted) {
+    if (!n.ok()) return n.status();
+    total += *n;
+  }
+  return total;
 }
 
 }  // namespace fpa::cache

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,13 @@ struct LayerRows {
   long kv_stride = 0;
 };
 
+// Threads to share a layer's edits: run(n, f) calls f(i) for every i in [0, n), up to `threads`
+// at once, and returns when all have returned (a backend's thread pool).
+struct Workers {
+  int threads = 1;
+  std::function<void(int n, const std::function<void(int)>& f)> run;
+};
+
 // For every (item, head) in step order: a decode token evicts at its phi, then its key goes in
 // (m = +inf; under MassRule::kLast it goes in first and competes); a prompt chunk's keys go in with
 // m = min of phi after them within the chunk (a key already dead by then is never cached), then the
@@ -38,7 +46,11 @@ struct LayerRows {
 // while none is. Returns how many cached keys it evicted (a key dead within its own chunk was
 // never cached: it is not counted).
 // The items' rows lie item after item from row 0 (one row for a decode token).
+// With `workers` and no device attached, runs of whole items go to the workers' threads, each run
+// compacting after its own inserts (the order above is for a device's copy of the pages); a
+// sequence's edits stay on one thread, in step order.
 absl::StatusOr<int64_t> apply_layer(KvCache& cache, int layer, std::span<const BatchItem> items,
-                                    std::span<const float> beta, const LayerRows& rows);
+                                    std::span<const float> beta, const LayerRows& rows,
+                                    const Workers* workers = nullptr);
 
 }  // namespace fpa::cache

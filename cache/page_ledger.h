@@ -19,6 +19,15 @@ struct LedgerDelta {
   int64_t evicted = 0;
   int64_t full_keys = 0;
   int64_t sequences = 0;
+
+  LedgerDelta& operator+=(const LedgerDelta& d) {
+    live += d.live;
+    evicted += d.evicted;
+    full_keys += d.full_keys;
+    sequences += d.sequences;
+    return *this;
+  }
+  bool empty() const { return live == 0 && evicted == 0 && full_keys == 0 && sequences == 0; }
 };
 
 class PageLedger {

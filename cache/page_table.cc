@@ -197,19 +197,20 @@ bool PageTable::unclaim(StreamPages& stream, int32_t gslot) {
 
 absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_keys_delta,
                                              int64_t* reservation) {
-  const LedgerDelta delta{.live = 1, .full_keys = full_keys_delta};
+  LedgerDelta with = stream.unsettled;
+  with += {.live = 1, .full_keys = full_keys_delta};
   if (!stream.nonfull.empty()) {
-    const int32_t gslot = claim(stream, stream.nonfull.back());
-    ledger_.apply(delta);
-    return gslot;
+    stream.unsettled = with;
+    return claim(stream, stream.nonfull.back());
   }
   const int32_t near = stream.pages.empty() ? -1 : stream.pages.back() + 1;
-  const std::optional<int32_t> page = ledger_.take_page(delta, reservation, near);
+  const std::optional<int32_t> page = ledger_.take_page(with, reservation, near);
   if (!page) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache pool exhausted: all ", num_pages_,
                                                      " pages of ", slots_,
                                                      " slots are in use or reserved"));
   }
+  stream.unsettled = {};
   adopt(stream, *page);
   return claim(stream, *page);
 }
@@ -242,11 +243,16 @@ void PageTable::free_slots(StreamPages& stream, std::span<const int32_t> gslots,
   }
   for (int32_t page : emptied) drop(stream, page);
   const auto n = static_cast<int64_t>(gslots.size());
-  ledger_.apply({.live = -n, .evicted = evicted ? n : 0}, emptied);
+  stream.unsettled += {.live = -n, .evicted = evicted ? n : 0};
+  if (emptied.empty()) return;
+  ledger_.apply(stream.unsettled, emptied);
+  stream.unsettled = {};
 }
 
 void PageTable::release(StreamPages& stream, int64_t full_keys) {
-  ledger_.apply({.live = -stream.live, .full_keys = -full_keys}, stream.pages);
+  LedgerDelta delta = stream.unsettled;
+  delta += {.live = -stream.live, .full_keys = -full_keys};
+  ledger_.apply(delta, stream.pages);
   for (int32_t page : stream.pages) info_[static_cast<size_t>(page)] = PageInfo{};
   stream = StreamPages{};
 }
@@ -297,7 +303,8 @@ int PageTable::compact(StreamPages& stream,
     }
   }
   for (int32_t page : sources) drop(stream, page);
-  ledger_.apply({}, sources);
+  ledger_.apply(stream.unsettled, sources);
+  stream.unsettled = {};
   return static_cast<int>(sources.size());
 }
 

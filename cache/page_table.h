@@ -22,6 +22,11 @@ struct StreamPages {
   std::vector<int32_t> pages;
   std::vector<int32_t> nonfull;  // pages of `pages` with at least one free slot
   int64_t live = 0;
+  // The stream's counter changes not yet in the ledger: they go with the next page it takes or
+  // returns (so the ledger never shows more live keys than its pages hold, nor an empty page), or
+  // with KvCache's settle (StreamEditor). One ledger lock a page, not two a key: the lock is shared
+  // by the threads that edit other streams.
+  LedgerDelta unsettled;
 };
 
 class PageTable {
@@ -50,8 +55,8 @@ class PageTable {
   int32_t* where_data() { return where_.data(); }
 
   // A free slot of the stream (a page from the pool when all its pages are full: from
-  // `*reservation` first), counted live together with `full_keys_delta`. ResourceExhausted,
-  // nothing changed, when no page is free for it.
+  // `*reservation` first), counted live together with `full_keys_delta` (in the stream's
+  // unsettled counters). ResourceExhausted, nothing changed, when no page is free for it.
   absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta,
                                     int64_t* reservation);
   // A copy of slot `from` (any stream's) in a free slot of `stream`, counted live. Pages come

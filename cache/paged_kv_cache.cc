@@ -23,9 +23,8 @@ double SequenceStats::live_fraction() const {
   return full_keys > 0 ? static_cast<double>(live_keys) / static_cast<double>(full_keys) : 0.0;
 }
 
-namespace {
-
-struct Sequence {
+// A sequence: its streams, its eviction rule and its counters.
+struct SequenceState {
   PolicyConfig policy;
   std::unique_ptr<EvictionRule> rule;
   int64_t reserved = 0;  // pages held back for its next step; changed under the ledger's lock
@@ -37,6 +36,8 @@ struct Sequence {
   std::atomic<int64_t> pages{0};
 };
 
+namespace {
+
 void raise_to(std::atomic<int64_t>& value, int64_t candidate) {
   int64_t current = value.load(std::memory_order_relaxed);
   while (candidate > current && !value.compare_exchange_weak(current, candidate)) {
@@ -46,7 +47,7 @@ void raise_to(std::atomic<int64_t>& value, int64_t candidate) {
 // Carries a stream's change in live keys and pages to its sequence's counters.
 class SequenceAccount {
  public:
-  SequenceAccount(Sequence& seq, const Stream& stream)
+  SequenceAccount(SequenceState& seq, const Stream& stream)
       : seq_(seq),
         stream_(stream),
         live_(stream.pages.live),
@@ -61,7 +62,7 @@ class SequenceAccount {
   SequenceAccount& operator=(const SequenceAccount&) = delete;
 
  private:
-  Sequence& seq_;
+  SequenceState& seq_;
   const Stream& stream_;
   const int64_t live_;
   const int64_t pages_;
@@ -93,7 +94,7 @@ class PagedKvCache final : public KvCache {
 
   absl::StatusOr<SeqId> add_sequence(const PolicyConfig& policy) override {
     if (absl::Status s = validate_policy(policy); !s.ok()) return s;
-    auto seq = std::make_unique<Sequence>();
+    auto seq = std::make_unique<SequenceState>();
     seq->policy = policy;
     seq->rule = make_rule(policy);
     const int streams = shape_.n_layers * shape_.n_heads;
@@ -108,7 +109,7 @@ class PagedKvCache final : public KvCache {
 
   int64_t pages_to_fork(SeqId id) const override {
     std::shared_lock lock(mu_);
-    const Sequence* seq = find(id);
+    const SequenceState* seq = find(id);
     if (seq == nullptr) return 0;
     int64_t pages = 0;
     for (const Stream& stream : seq->streams) {
@@ -135,14 +136,15 @@ class PagedKvCache final : public KvCache {
     absl::Status copied;
     {
       std::shared_lock lock(mu_);
-      const Sequence& from = *find(id);
-      Sequence& to = *sequences_.at(*copy);
+      const SequenceState& from = *find(id);
+      SequenceState& to = *sequences_.at(*copy);
       for (size_t i = 0; i < from.streams.size() && copied.ok(); ++i) {
         copied = copy_stream(from.streams[i], to, to.streams[i], copies);
         pages.insert(pages.end(), to.streams[i].pages.pages.begin(),
                      to.streams[i].pages.pages.end());
       }
       to.length = from.length.load();
+      settle_streams(to, 0, static_cast<int>(to.streams.size()));
     }
     if (copied.ok() && *device != nullptr) copied = (*device)->copy_slots(pages, copies);
     if (!copied.ok()) {  // another thread took pages meanwhile: nothing of the copy stays
@@ -167,7 +169,7 @@ class PagedKvCache final : public KvCache {
   }
 
   void release(SeqId id) override {
-    std::unique_ptr<Sequence> seq;
+    std::unique_ptr<SequenceState> seq;
     {
       std::unique_lock lock(mu_);
       auto it = sequences_.find(id);
@@ -198,14 +200,15 @@ class PagedKvCache final : public KvCache {
 
   bool reserve(SeqId id, int n_tokens) override {
     std::shared_lock lock(mu_);
-    Sequence* seq = const_cast<Sequence*>(find(id));
+    SequenceState* seq = const_cast<SequenceState*>(find(id));
     if (seq == nullptr) return false;
     return table_->ledger().reserve(&seq->reserved, pages_needed(seq, n_tokens));
   }
 
   void unreserve(SeqId id) override {
     std::shared_lock lock(mu_);
-    if (Sequence* seq = const_cast<Sequence*>(find(id))) table_->ledger().unreserve(&seq->reserved);
+    SequenceState* seq = const_cast<SequenceState*>(find(id));
+    if (seq != nullptr) table_->ledger().unreserve(&seq->reserved);
   }
 
   bool contains(SeqId id) const override {
@@ -215,37 +218,41 @@ class PagedKvCache final : public KvCache {
 
   int64_t length(SeqId id) const override {
     std::shared_lock lock(mu_);
-    const Sequence* seq = find(id);
+    const SequenceState* seq = find(id);
     return seq == nullptr ? 0 : seq->length.load();
   }
 
   float threshold(SeqId id, float beta) const override {
     std::shared_lock lock(mu_);
-    const Sequence* seq = find(id);
+    const SequenceState* seq = find(id);
     return seq == nullptr ? std::numeric_limits<float>::infinity() : seq->rule->threshold(beta);
   }
 
   MassRule mass_rule(SeqId id) const override {
     std::shared_lock lock(mu_);
-    const Sequence* seq = find(id);
+    const SequenceState* seq = find(id);
     return seq == nullptr ? MassRule{} : seq->rule->mass_rule();
   }
 
   int64_t free_pages() const override { return table_->ledger().free_pages(); }
 
-  int evict_for_step(SeqId id, int layer, int head, float phi, float beta, int32_t pos) override {
+  SeqRef resolve(SeqId id) const override {
     std::shared_lock lock(mu_);
-    auto [seq, stream] = locate(id, layer, head);
+    auto it = sequences_.find(id);
+    return {it == sequences_.end() ? nullptr : it->second.get(), id};
+  }
+
+  int evict_for_step(SeqRef ref, int layer, int head, float phi, float beta, int32_t pos) override {
+    auto [seq, stream] = locate(ref, layer, head);
     if (stream == nullptr) return 0;
     SequenceAccount account(*seq, *stream);
     stream->horizon = std::max(stream->horizon, pos);
     return seq->rule->evict_step(*table_, *stream, phi, beta, pos);
   }
 
-  int evict_for_chunk(SeqId id, int layer, int head, float min_phi_chunk, float beta,
+  int evict_for_chunk(SeqRef ref, int layer, int head, float min_phi_chunk, float beta,
                       int32_t chunk_end_pos) override {
-    std::shared_lock lock(mu_);
-    auto [seq, stream] = locate(id, layer, head);
+    auto [seq, stream] = locate(ref, layer, head);
     if (stream == nullptr) return 0;
     SequenceAccount account(*seq, *stream);
     const int32_t before = stream->horizon;
@@ -253,11 +260,10 @@ class PagedKvCache final : public KvCache {
     return seq->rule->evict_chunk(*table_, *stream, min_phi_chunk, beta, chunk_end_pos, before);
   }
 
-  absl::StatusOr<SlotRef> insert(SeqId id, int layer, int head, int32_t pos, float lvl,
+  absl::StatusOr<SlotRef> insert(SeqRef ref, int layer, int head, int32_t pos, float lvl,
                                  const float* k, const float* v, float m) override {
-    std::shared_lock lock(mu_);
-    auto [seq, stream] = locate(id, layer, head);
-    if (stream == nullptr) return not_found(id, layer, head);
+    auto [seq, stream] = locate(ref, layer, head);
+    if (stream == nullptr) return not_found(ref, layer, head);
     if (pos <= stream->last_pos) {
       return absl::InvalidArgumentError(
           absl::StrCat("insert: position ", pos, " after ", stream->last_pos, " (must increase)"));
@@ -279,6 +285,12 @@ class PagedKvCache final : public KvCache {
     return SlotRef{*gslot / shape_.page_slots, *gslot % shape_.page_slots};
   }
 
+  void settle(SeqRef ref, int layer, int first_head, int heads) override {
+    SequenceState* seq = locate(ref, layer, first_head).first;
+    if (seq == nullptr || heads > shape_.n_heads - first_head) return;
+    settle_streams(*seq, layer * shape_.n_heads + first_head, heads);
+  }
+
   void count_dropped(int64_t keys) override {
     if (keys > 0) table_->ledger().apply({.evicted = keys});
   }
@@ -289,9 +301,8 @@ class PagedKvCache final : public KvCache {
     return stream == nullptr ? 0.0f : stream->last_phi;
   }
 
-  void set_last_phi(SeqId id, int layer, int head, float phi) override {
-    std::shared_lock lock(mu_);
-    if (Stream* stream = locate(id, layer, head).second) stream->last_phi = phi;
+  void set_last_phi(SeqRef ref, int layer, int head, float phi) override {
+    if (Stream* stream = locate(ref, layer, head).second) stream->last_phi = phi;
   }
 
   std::span<const int32_t> pages(SeqId id, int layer, int head) const override {
@@ -301,9 +312,8 @@ class PagedKvCache final : public KvCache {
     return stream->pages.pages;
   }
 
-  void prefetch(SeqId id, int layer, int head, int step) const override {
-    std::shared_lock lock(mu_);
-    if (const Stream* stream = locate(id, layer, head).second) {
+  void prefetch(SeqRef ref, int layer, int head, int step) const override {
+    if (const Stream* stream = locate(ref, layer, head).second) {
       prefetch_stream(*table_, *stream, step);
     }
   }
@@ -313,10 +323,9 @@ class PagedKvCache final : public KvCache {
     return table_->view(page_id);
   }
 
-  int compact(SeqId id, int layer, int head,
+  int compact(SeqRef ref, int layer, int head,
               const std::function<void(SlotRef from, SlotRef to)>& on_move) override {
-    std::shared_lock lock(mu_);
-    auto [seq, stream] = locate(id, layer, head);
+    auto [seq, stream] = locate(ref, layer, head);
     if (stream == nullptr) return 0;
     SequenceAccount account(*seq, *stream);
     const int32_t slots = shape_.page_slots;
@@ -340,7 +349,7 @@ class PagedKvCache final : public KvCache {
 
   SequenceStats sequence_stats(SeqId id) const override {
     std::shared_lock lock(mu_);
-    const Sequence* seq = find(id);
+    const SequenceState* seq = find(id);
     if (seq == nullptr) return {};
     SequenceStats s;
     s.length = seq->length.load();
@@ -356,7 +365,7 @@ class PagedKvCache final : public KvCache {
   // is alive by its own minimum, so the next eviction call judges them as the source's order
   // would) and carries its position, horizon and last phi.
   // Copies `from`'s live keys into `to`, each copy (source, target slot) appended to `copies`.
-  absl::Status copy_stream(const Stream& from, Sequence& seq, Stream& to,
+  absl::Status copy_stream(const Stream& from, SequenceState& seq, Stream& to,
                            std::vector<SlotCopy>& copies) {
     SequenceAccount account(seq, to);
     const int32_t slots = shape_.page_slots;
@@ -378,7 +387,19 @@ class PagedKvCache final : public KvCache {
     return absl::OkStatus();
   }
 
-  int64_t pages_needed(const Sequence* seq, int n_tokens) const {
+  // Streams [first, first + count) of the sequence (layer-major): their unsettled counters go
+  // to the ledger as one change.
+  void settle_streams(SequenceState& seq, int first, int count) {
+    LedgerDelta delta;
+    for (int i = first; i < first + count; ++i) {
+      LedgerDelta& unsettled = seq.streams[static_cast<size_t>(i)].pages.unsettled;
+      delta += unsettled;
+      unsettled = {};
+    }
+    if (!delta.empty()) table_->ledger().apply(delta);
+  }
+
+  int64_t pages_needed(const SequenceState* seq, int n_tokens) const {
     if (seq == nullptr || n_tokens <= 0) return 0;
     const int64_t slots = shape_.page_slots;
     int64_t pages = 0;
@@ -391,28 +412,31 @@ class PagedKvCache final : public KvCache {
     return pages;
   }
 
-  const Sequence* find(SeqId id) const {
+  const SequenceState* find(SeqId id) const {
     auto it = sequences_.find(id);
     return it == sequences_.end() ? nullptr : it->second.get();
   }
 
-  std::pair<Sequence*, Stream*> locate(SeqId id, int layer, int head) const {
+  // Under mu_ (shared) for an id; a resolved sequence needs no lock.
+  std::pair<SequenceState*, Stream*> locate(SeqId id, int layer, int head) const {
     auto it = sequences_.find(id);
-    if (it == sequences_.end() || layer < 0 || layer >= shape_.n_layers || head < 0 ||
+    return locate(SeqRef{it == sequences_.end() ? nullptr : it->second.get(), id}, layer, head);
+  }
+  std::pair<SequenceState*, Stream*> locate(SeqRef ref, int layer, int head) const {
+    if (ref.state == nullptr || layer < 0 || layer >= shape_.n_layers || head < 0 ||
         head >= shape_.n_heads) {
       return {nullptr, nullptr};
     }
-    Sequence* seq = it->second.get();
-    return {seq, &seq->streams[static_cast<size_t>(layer * shape_.n_heads + head)]};
+    return {ref.state, &ref.state->streams[static_cast<size_t>(layer * shape_.n_heads + head)]};
   }
 
-  absl::Status not_found(SeqId id, int layer, int head) const {
-    if (sequences_.contains(id)) {
+  absl::Status not_found(SeqRef ref, int layer, int head) const {
+    if (ref.state != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("no stream layer ", layer, " head ", head,
                                                      " in a cache of ", shape_.n_layers,
                                                      " layers x ", shape_.n_heads, " heads"));
     }
-    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", ref.id));
   }
 
   const CacheShape shape_;
@@ -420,7 +444,7 @@ class PagedKvCache final : public KvCache {
   DevicePool* device_ = nullptr;  // where every slot edit goes (KvCache::attach_device)
   std::function<void(SeqId from, SeqId to)> fork_listener_;
   mutable std::shared_mutex mu_;  // guards sequences_ (the map, not the sequences' streams)
-  absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> sequences_;
+  absl::flat_hash_map<SeqId, std::unique_ptr<SequenceState>> sequences_;
   SeqId next_id_ = 1;
 };
 

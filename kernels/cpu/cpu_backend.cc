@@ -364,17 +364,13 @@ void CpuBackend::attend_stream(int l, const Batch& b, int s, std::span<const Pag
 }
 
 // The cache evicts, inserts the step's keys (with the attention mass they got) and
-// compacts, as for every backend.
-// TODO(issue 26): on the calling thread while the pool waits: 450-510 us a layer for the 1b FPA
-// shape at batch 8 with the cache's prefetch (540-770 without), about a seventh of its decode
-// step, most of it each stream's state fetched from memory again. Run per item on the pool, or
-// per stream just after its attention, it lost as much to the cache's per-call lock and ledger
-// traffic between the threads (RESULTS.md, "Runs of 2026-12-05, fourth session"): sharing it
-// needs streams resolved once a layer.
+// compacts, as for every backend, its sequences shared out on the pool.
 absl::Status CpuBackend::update_cache(int l, const Batch& b) {
   const cache::LayerRows rows{phi_.data(), lvl_.data(), acc_.data(), 1,
                               b.tokens(),  k_.data(),   v_.data(),   width()};
-  return cache::apply_layer(cache_, l, b.items, model_.layers()[l].beta, rows).status();
+  const cache::Workers workers{pool_.threads(),
+                               [&](int n, const std::function<void(int)>& f) { pool_.run(n, f); }};
+  return cache::apply_layer(cache_, l, b.items, model_.layers()[l].beta, rows, &workers).status();
 }
 
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
