@@ -126,9 +126,9 @@ class LayerWriter {
   }
 
   // Item i's streams at `row0`: evicts and inserts head by head, then settles their counters
-  // (also when an edit failed). Appends the heads that lost keys to `shrunk`.
+  // (also when an edit failed). Appends the streams that lost keys to `shrunk`.
   absl::StatusOr<int> item(const BatchItem& item, size_t i, int row0, std::span<const float> beta,
-                           std::vector<int>& shrunk) {
+                           std::vector<std::pair<SeqRef, int>>& shrunk) {
     const SeqRef seq = seqs_[i];
     const int len = static_cast<int>(item.tokens.size());
     const int heads = static_cast<int>(beta.size());
@@ -143,7 +143,7 @@ class LayerWriter {
         break;
       }
       *evicted += *n;
-      if (*n > 0) shrunk.push_back(h);
+      if (*n > 0) shrunk.emplace_back(seq, h);
       keep_phi(seq, row0 + len - 1, h);
     }
     cache_.settle(seq, layer_, 0, heads);
@@ -159,13 +159,10 @@ class LayerWriter {
     for (const BatchItem& item : items) seqs_.push_back(cache_.resolve(item.seq));
     int64_t evicted = 0;
     std::vector<std::pair<SeqRef, int>> shrunk;  // (seq, head) that lost keys
-    std::vector<int> heads;
     for (size_t i = 0; i < items.size(); ++i) {
-      heads.clear();
-      absl::StatusOr<int> n = item(items[i], i, row0, beta, heads);
+      absl::StatusOr<int> n = item(items[i], i, row0, beta, shrunk);
       if (!n.ok()) return n.status();
       evicted += *n;
-      for (int h : heads) shrunk.emplace_back(seqs_[i], h);
       row0 += static_cast<int>(items[i].tokens.size());
     }
     for (const auto& [seq, h] : shrunk) compact(seq, h);
@@ -185,22 +182,29 @@ class LayerWriter {
 
 namespace {
 
-// Items split into `slices` runs of consecutive items with about as many rows each; returns the
-// first item of each run and, last, items.size().
-std::vector<size_t> split_items(std::span<const BatchItem> items, int slices) {
+// A run of consecutive items for one thread: its first item and that item's first row.
+struct Run {
+  size_t first;
+  int row0;
+};
+
+// Items split into `slices` runs with about as many rows each; a last entry marks the end
+// (items.size() and the rows of all).
+std::vector<Run> split_items(std::span<const BatchItem> items, int slices) {
   int64_t total = 0;
   for (const BatchItem& item : items) total += static_cast<int64_t>(item.tokens.size());
-  std::vector<size_t> first{0};
-  int64_t row = 0;
+  std::vector<Run> runs{{0, 0}};
+  int row = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     // Item i opens the next run once the rows before it reach that run's share.
-    if (row * slices >= total * static_cast<int64_t>(first.size()) && i > first.back()) {
-      first.push_back(i);
+    if (int64_t{row} * slices >= total * static_cast<int64_t>(runs.size()) &&
+        i > runs.back().first) {
+      runs.push_back({i, row});
     }
-    row += static_cast<int64_t>(items[i].tokens.size());
+    row += static_cast<int>(items[i].tokens.size());
   }
-  first.push_back(items.size());
-  return first;
+  runs.push_back({items.size(), row});
+  return runs;
 }
 
 }  // namespace
@@ -215,19 +219,14 @@ absl::StatusOr<int64_t> apply_layer(KvCache& cache, int layer, std::span<const B
                          : std::min(workers->threads, static_cast<int>(items.size()));
   if (slices <= 1) return writer.apply(items, beta, 0);
   // Sequences apart, on the workers: a host pool only, whose edits need no order among them.
-  const std::vector<size_t> first = split_items(items, slices);
-  const int runs = static_cast<int>(first.size()) - 1;
-  std::vector<int> row0(static_cast<size_t>(runs), 0);
-  for (int r = 1; r < runs; ++r) {
-    row0[r] = row0[r - 1];
-    for (size_t i = first[r - 1]; i < first[r]; ++i) {
-      row0[r] += static_cast<int>(items[i].tokens.size());
-    }
-  }
-  std::vector<absl::StatusOr<int64_t>> evicted(static_cast<size_t>(runs), int64_t{0});
-  workers->run(runs, [&](int r) {
-    evicted[r] = LayerWriter(cache, layer, rows)
-                     .apply(items.subspan(first[r], first[r + 1] - first[r]), beta, row0[r]);
+  const std::vector<Run> runs = split_items(items, slices);
+  const int n = static_cast<int>(runs.size()) - 1;
+  std::vector<absl::StatusOr<int64_t>> evicted(static_cast<size_t>(n), int64_t{0});
+  workers->run(n, [&](int r) {
+    const Run& run = runs[r];
+    evicted[r] =
+        LayerWriter(cache, layer, rows)
+            .apply(items.subspan(run.first, runs[r + 1].first - run.first), beta, run.row0);
   });
   int64_t total = 0;
   for (const absl::StatusOr<int64_t>& n : evicted) {

@@ -244,17 +244,19 @@ void PageTable::free_slots(StreamPages& stream, std::span<const int32_t> gslots,
   for (int32_t page : emptied) drop(stream, page);
   const auto n = static_cast<int64_t>(gslots.size());
   stream.unsettled += {.live = -n, .evicted = evicted ? n : 0};
-  if (emptied.empty()) return;
-  ledger_.apply(stream.unsettled, emptied);
-  stream.unsettled = {};
+  if (!emptied.empty()) return_pages(stream, emptied);
 }
 
 void PageTable::release(StreamPages& stream, int64_t full_keys) {
-  LedgerDelta delta = stream.unsettled;
-  delta += {.live = -stream.live, .full_keys = -full_keys};
-  ledger_.apply(delta, stream.pages);
+  stream.unsettled += {.live = -stream.live, .full_keys = -full_keys};
+  return_pages(stream, stream.pages);
   for (int32_t page : stream.pages) info_[static_cast<size_t>(page)] = PageInfo{};
   stream = StreamPages{};
+}
+
+void PageTable::return_pages(StreamPages& stream, std::span<const int32_t> pages) {
+  ledger_.apply(stream.unsettled, pages);
+  stream.unsettled = {};
 }
 
 absl::StatusOr<int32_t> PageTable::clone_slot(StreamPages& stream, int32_t from) {
@@ -303,8 +305,7 @@ int PageTable::compact(StreamPages& stream,
     }
   }
   for (int32_t page : sources) drop(stream, page);
-  ledger_.apply(stream.unsettled, sources);
-  stream.unsettled = {};
+  return_pages(stream, sources);
   return static_cast<int>(sources.size());
 }
 

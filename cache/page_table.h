@@ -83,6 +83,8 @@ class PageTable {
   bool unclaim(StreamPages& stream, int32_t gslot);  // true when the page emptied
   void adopt(StreamPages& stream, int32_t page);     // a fresh page joins the stream
   void drop(StreamPages& stream, int32_t page);      // an empty page leaves the stream
+  // Returns dropped pages to the pool with the stream's unsettled counters, as one change.
+  void return_pages(StreamPages& stream, std::span<const int32_t> pages);
   void copy_slot(int32_t from, int32_t to);
   std::byte* kv_row(int32_t gslot, bool value) const;  // host storage: the slot's k or v bytes
 

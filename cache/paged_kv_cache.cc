@@ -238,8 +238,7 @@ class PagedKvCache final : public KvCache {
 
   SeqRef resolve(SeqId id) const override {
     std::shared_lock lock(mu_);
-    auto it = sequences_.find(id);
-    return {it == sequences_.end() ? nullptr : it->second.get(), id};
+    return ref_of(id);
   }
 
   int evict_for_step(SeqRef ref, int layer, int head, float phi, float beta, int32_t pos) override {
@@ -417,10 +416,15 @@ class PagedKvCache final : public KvCache {
     return it == sequences_.end() ? nullptr : it->second.get();
   }
 
+  // Under mu_ (shared).
+  SeqRef ref_of(SeqId id) const {
+    auto it = sequences_.find(id);
+    return {it == sequences_.end() ? nullptr : it->second.get(), id};
+  }
+
   // Under mu_ (shared) for an id; a resolved sequence needs no lock.
   std::pair<SequenceState*, Stream*> locate(SeqId id, int layer, int head) const {
-    auto it = sequences_.find(id);
-    return locate(SeqRef{it == sequences_.end() ? nullptr : it->second.get(), id}, layer, head);
+    return locate(ref_of(id), layer, head);
   }
   std::pair<SequenceState*, Stream*> locate(SeqRef ref, int layer, int head) const {
     if (ref.state == nullptr || layer < 0 || layer >= shape_.n_layers || head < 0 ||
