@@ -15,6 +15,7 @@ class Planner {
   StepPlan run(int64_t prefill_budget);
 
  private:
+  void reserve_all(int64_t prefill_budget);
   enum class State { kWaiting, kPlanned, kPreempted, kFailed };
   struct At {
     State state = State::kWaiting;
@@ -36,17 +37,20 @@ class Planner {
   std::vector<At> at_;
   int64_t free_;
   int64_t prefill_tokens_ = 0;
+  bool waive_cap_ = false;  // kMaxPreemptions yields: the step would stand still otherwise
   StepPlan plan_;
 };
 
 StepPlan Planner::run(int64_t prefill_budget) {
-  for (const bool prefills : {false, true}) {
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      if (!live(i) || entries_[i].prefilling != prefills) continue;
-      const int64_t n = entries_[i].tokens;
-      if (prefills && prefill_tokens_ > 0 && prefill_tokens_ + n > prefill_budget) continue;
-      if (const int64_t got = reserve(i, n); prefills) prefill_tokens_ += got;
-    }
+  reserve_all(prefill_budget);
+  // Nothing planned while requests wait: those that could give way have all done so
+  // kMaxPreemptions times. One of them gives way once more rather than every request waiting on
+  // the others for good.
+  const auto planned = [&](const At& a) { return a.state == State::kPlanned; };
+  const auto waiting = [&](const At& a) { return a.state == State::kWaiting; };
+  if (std::ranges::none_of(at_, planned) && std::ranges::any_of(at_, waiting)) {
+    waive_cap_ = true;
+    reserve_all(prefill_budget);
   }
   for (const bool prefills : {false, true}) {
     for (size_t i = 0; i < entries_.size(); ++i) {
@@ -56,6 +60,17 @@ StepPlan Planner::run(int64_t prefill_budget) {
     }
   }
   return std::move(plan_);
+}
+
+void Planner::reserve_all(int64_t prefill_budget) {
+  for (const bool prefills : {false, true}) {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (at_[i].state != State::kWaiting || entries_[i].prefilling != prefills) continue;
+      const int64_t n = entries_[i].tokens;
+      if (prefills && prefill_tokens_ > 0 && prefill_tokens_ + n > prefill_budget) continue;
+      if (const int64_t got = reserve(i, n); prefills) prefill_tokens_ += got;
+    }
+  }
 }
 
 // Plans i's next `n` tokens. When they do not fit: cached prefixes go first; then a prompt
@@ -77,7 +92,7 @@ int64_t Planner::reserve(size_t i, int64_t n) {
       return 0;
     }
     const std::optional<size_t> victim = choose_victim(i);
-    if (!victim) return 0;  // a prompt chunk waits with its pages for the decoders
+    if (!victim) return 0;  // i waits with its pages for the others
     preempt(*victim);
     if (*victim == i) return 0;
   }
@@ -107,24 +122,26 @@ int64_t Planner::largest_fit(size_t i, int64_t n) const {
 }
 
 // Who gives way when i does not fit beside the others: the newest of those admitted after it
-// that were preempted least, else i itself, so long as that one was preempted fewer than
-// kMaxPreemptions times; past that, the newest request preempted fewer times, older ones too: no
-// request pays for the shortage again and again. A prompt chunk preempts only prompt chunks and
-// never itself (none: it waits).
+// that were preempted least, else i itself, else the newest request of any age; never one already
+// preempted kMaxPreemptions times (unless waive_cap_), so no request pays for the shortage again
+// and again. A prompt chunk preempts only younger prompt chunks, never itself. None: i waits.
 std::optional<size_t> Planner::choose_victim(size_t i) const {
   const bool prefill = entries_[i].prefilling;
+  const auto may_preempt = [&](size_t j) {
+    return waive_cap_ || entries_[j].preemptions < kMaxPreemptions;
+  };
   std::optional<size_t> younger, any;
   for (size_t j = 0; j < entries_.size(); ++j) {
     if (j == i || !live(j) || (prefill && !entries_[j].prefilling)) continue;
-    const int preemptions = entries_[j].preemptions;
-    if (j > i && (!younger || preemptions <= entries_[*younger].preemptions)) younger = j;
-    if (preemptions < kMaxPreemptions) any = j;
+    if (j > i && (!younger || entries_[j].preemptions <= entries_[*younger].preemptions)) {
+      younger = j;
+    }
+    if (may_preempt(j)) any = j;
   }
-  if (younger && entries_[*younger].preemptions < kMaxPreemptions) return younger;
-  if (prefill) return younger;
-  if (entries_[i].preemptions < kMaxPreemptions) return i;
-  if (any) return any;
-  return younger ? younger : std::optional<size_t>(i);
+  if (younger && may_preempt(*younger)) return younger;
+  if (prefill) return std::nullopt;
+  if (may_preempt(i)) return i;
+  return any;
 }
 
 // Its pages go back to the pool, and what it had planned this step with them.

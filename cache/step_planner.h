@@ -39,7 +39,8 @@ struct StepPlan {
   size_t snapshots_reclaimed = 0;  // the least recently used ones go
 };
 
-// A preempted request gives way at most this many times before older ones pay instead.
+// A preempted request gives way at most this many times before others pay instead, or wait; only a
+// step in which nothing could run otherwise preempts one more time.
 inline constexpr int kMaxPreemptions = 3;
 
 // One decode token for every request past its prompt first (a decoder is the costly one to

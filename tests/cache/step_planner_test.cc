@@ -91,6 +91,30 @@ TEST(StepPlanner, AVictimPlannedEarlierInTheStepGivesBackItsReservation) {
   EXPECT_EQ(items(p), (Items{{1, 1}}));
 }
 
+TEST(StepPlanner, NoRequestIsPreemptedPastTheCapWhileOthersStep) {
+  // A prompt chunk that does not fit waits rather than preempt a younger chunk at the cap, and so
+  // does a decoder when every other request is at the cap: the step goes on without them.
+  const std::vector<PlanEntry> chunks = {entry(false, 1, 8), entry(true, 16, 0),
+                                         entry(true, 16, 8, kMaxPreemptions)};
+  const StepPlan p = plan_step(pool(4), chunks, 64);
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(items(p), (Items{{0, 1}}));
+  const std::vector<PlanEntry> decoders = {entry(false, 1, 8, kMaxPreemptions),
+                                           entry(false, 1, 4, kMaxPreemptions),
+                                           entry(false, 1, 4, kMaxPreemptions)};
+  const StepPlan q = plan_step(pool(4), decoders, 16);
+  EXPECT_TRUE(q.preempted.empty());
+  EXPECT_EQ(items(q), (Items{{0, 1}}));
+}
+
+TEST(StepPlanner, TheCapYieldsOnlyWhereTheStepWouldStandStill) {
+  // Nothing fits and the only one that could give way is at the cap: it gives way once more.
+  const std::vector<PlanEntry> e = {entry(true, 16, 0), entry(true, 16, 8, kMaxPreemptions)};
+  const StepPlan p = plan_step(pool(0), e, 64);
+  EXPECT_EQ(p.preempted, (std::vector<size_t>{1}));
+  EXPECT_EQ(items(p), (Items{{0, 16}}));
+}
+
 TEST(StepPlanner, OnlyARequestAloneThatCannotFitFails) {
   const StepPlan alone = plan_step(pool(3, {0}), {{entry(false, 1, 9)}}, 16);
   EXPECT_EQ(alone.failed, (std::vector<size_t>{0}));
