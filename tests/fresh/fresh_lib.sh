@@ -28,10 +28,11 @@ No module named '[^']+'|fatal error: [^:]+: No such file|EBADENGINE.*|npm ERR! c
 }
 
 # What failed tests said about their failure (pytest's and GoogleTest's lines, the sanitizers'
-# reports), which ctest printed where each test ran, far above the log's tail.
+# reports, a hung test's stacks and its servers' last lines: tests/server/conftest.py), which
+# ctest printed where each test ran, far above the log's tail.
 failures() {
   local said
-  said=$(grep -E -m 60 '^(FAILED |E  )|\[  FAILED  \]|: Failure$|^(WARNING|ERROR): [A-Za-z]+Sanitizer|^SUMMARY: ' \
+  said=$(grep -E -m 80 '^(FAILED |E  )|\[  FAILED  \]|: Failure$|^(WARNING|ERROR): [A-Za-z]+Sanitizer|^SUMMARY: |^Timeout \(|^  File |^--- the end of the log|^fpa-serve: ' \
     "$1" || true)
   [[ -n "$said" ]] && printf 'what the failed tests said:\n%s\n' "$said"
   return 0

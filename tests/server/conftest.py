@@ -5,13 +5,47 @@ Most tests use the small random-weight model of tests/vectors/fpa_free (fast on 
 """
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import subprocess
 
 import pytest
 
 from daemon import (GENERATE_BIN, LONG, REPO, TEST_MODEL, Server, fpa_client,  # noqa: F401
                     wait_for)
+
+
+# A test's bound, far above the slowest (about a minute under a sanitizer): a test that hangs fails
+# with where it waited and what its servers logged, instead of ctest's timeout killing the suite
+# with nothing printed.
+TEST_SECONDS = 240
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test item, for the fixtures that print on a failure."""
+    report = (yield).get_result()
+    setattr(item, "report_" + report.when, report)
+
+
+def _failed(node) -> bool:
+    reports = (getattr(node, "report_" + when, None) for when in ("setup", "call"))
+    return any(r is not None and r.failed for r in reports)
+
+
+@pytest.fixture(autouse=True)
+def bounded():
+    def expire(signum, frame):
+        raise TimeoutError(f"the test ran past {TEST_SECONDS} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    # Every thread's stack, also where a wait holds the interpreter and the alarm cannot break in.
+    faulthandler.dump_traceback_later(TEST_SECONDS + 30)
+    signal.alarm(TEST_SECONDS)
+    yield
+    signal.alarm(0)
+    faulthandler.cancel_dump_traceback_later()
+    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +58,9 @@ def server():
 
 
 @pytest.fixture
-def make_server():
-    """Starts extra servers with their own flags; stops them after the test."""
+def make_server(request):
+    """Starts extra servers with their own flags; stops them after the test, showing what each
+    logged when the test failed."""
     started = []
 
     def make(*flags, **kw):
@@ -35,6 +70,8 @@ def make_server():
 
     yield make
     for s in started:
+        if _failed(request.node):
+            print(f"--- the end of the log of fpa-serve on port {s.port} ---\n{s.output()[-4000:]}")
         s.stop()
 
 

@@ -5,11 +5,8 @@ FPA_SERVE_BIN / FPA_GENERATE_BIN (set by ctest) or build/server/.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,17 +27,16 @@ STARTUP_SECONDS = 60
 LONG = 100000  # max_new_tokens of a request that runs for seconds
 
 
-def _die_with_parent():
-    # A server must not outlive a killed pytest: PR_SET_PDEATHSIG = SIGKILL.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
-def _start_child(nofile: int | None):
-    def start():
-        _die_with_parent()
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    return start
+def _launcher(nofile: int | None) -> list[str]:
+    """The command before the server's: it dies with pytest (a killed run leaves no server
+    behind: PR_SET_PDEATHSIG), and nofile is its open-file limit (soft and hard). Done by
+    util-linux's setpriv and prlimit as they exec it, not by a preexec_fn: that runs Python in
+    the forked child of a process with gRPC's threads, which can hang before the exec (a lock
+    held by another thread at the fork), and Popen with it, with no timeout."""
+    cmd = ["setpriv", "--pdeathsig", "KILL"]
+    if nofile is not None:
+        cmd += ["prlimit", f"--nofile={nofile}:{nofile}"]
+    return cmd
 
 
 def wait_for(predicate, timeout=10.0):
@@ -61,11 +57,10 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix="fpa-serve-", suffix=".log", delete=False)
         # A pool of 16384 pages unless the caller sizes it in bytes.
         pool = [] if "--cache-bytes" in flags else ["--cache-pages", "16384"]
-        cmd = [SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
+        cmd = [*_launcher(nofile), SERVE_BIN, "--model", model, "--address", "127.0.0.1:0",
                "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
                "--threads", "1", *pool, *flags]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_start_child(nofile))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.port, self.metrics_port = self._wait_for_ports()
         self.address = f"127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
