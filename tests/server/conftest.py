@@ -5,7 +5,6 @@ Most tests use the small random-weight model of tests/vectors/fpa_free (fast on 
 """
 from __future__ import annotations
 
-import faulthandler
 import json
 import signal
 import subprocess
@@ -18,7 +17,8 @@ from daemon import (GENERATE_BIN, LONG, REPO, TEST_MODEL, Server, fpa_client,  #
 
 # A test's bound, far above the slowest (about a minute under a sanitizer): a test that hangs fails
 # with where it waited and what its servers logged, instead of ctest's timeout killing the suite
-# with nothing printed.
+# with nothing printed. Where the wait holds the interpreter and the alarm cannot break in, pytest
+# prints every thread's stack a little later (faulthandler_timeout, pytest.ini).
 TEST_SECONDS = 240
 
 
@@ -39,12 +39,9 @@ def bounded():
     def expire(signum, frame):
         raise TimeoutError(f"the test ran past {TEST_SECONDS} s")
     previous = signal.signal(signal.SIGALRM, expire)
-    # Every thread's stack, also where a wait holds the interpreter and the alarm cannot break in.
-    faulthandler.dump_traceback_later(TEST_SECONDS + 30)
     signal.alarm(TEST_SECONDS)
     yield
     signal.alarm(0)
-    faulthandler.cancel_dump_traceback_later()
     signal.signal(signal.SIGALRM, previous)
 
 
