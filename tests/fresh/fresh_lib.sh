@@ -32,7 +32,7 @@ No module named '[^']+'|fatal error: [^:]+: No such file|EBADENGINE.*|npm ERR! c
 # ctest printed where each test ran, far above the log's tail.
 failures() {
   local said
-  said=$(grep -E -m 80 '^(FAILED |E  )|\[  FAILED  \]|: Failure$|^(WARNING|ERROR): [A-Za-z]+Sanitizer|^SUMMARY: |^Timeout \(|^  File |^--- the end of the log|^fpa-serve: ' \
+  said=$(grep -E -m 80 '^(FAILED |E  )|\[  FAILED  \]|: Failure$|^(WARNING|ERROR): [A-Za-z]+Sanitizer|^SUMMARY: |^Timeout \(| ran past [0-9]+ s|^  File |^--- the end of the log|^fpa-serve: ' \
     "$1" || true)
   [[ -n "$said" ]] && printf 'what the failed tests said:\n%s\n' "$said"
   return 0

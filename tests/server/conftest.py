@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
+import traceback
 
 import pytest
 
@@ -35,8 +37,16 @@ def _failed(node) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def bounded():
+def bounded(request):
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
     def expire(signum, frame):
+        # Said at once, past pytest's capture: a suite that ctest kills later loses the report
+        # pytest prints at its end.
+        with capture.global_and_fixture_disabled():
+            print(f"\n{request.node.nodeid}: ran past {TEST_SECONDS} s, waiting at:",
+                  file=sys.stderr)
+            traceback.print_stack(frame, limit=12, file=sys.stderr)
         raise TimeoutError(f"the test ran past {TEST_SECONDS} s")
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(TEST_SECONDS)
