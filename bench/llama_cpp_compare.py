@@ -226,7 +226,7 @@ def machine_limits(bench: str, threads: int, *flags: str) -> dict:
 
 
 def dram_gbps(bench: str, threads: int) -> float:
-    """DRAM's read bandwidth now: a 1 GiB buffer, about 2 s."""
+    """DRAM's read bandwidth now: a 1 GiB buffer on both page sizes, about 4 s."""
     lim = machine_limits(bench, threads, "--products=false", "--read_mib=1024", "--seconds=0.3")
     return lim["read_gbps"]["1024"]
 
