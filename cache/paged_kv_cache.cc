@@ -417,10 +417,7 @@ class PagedKvCache final : public KvCache {
   }
 
   // Under mu_ (shared).
-  SeqRef ref_of(SeqId id) const {
-    auto it = sequences_.find(id);
-    return {it == sequences_.end() ? nullptr : it->second.get(), id};
-  }
+  SeqRef ref_of(SeqId id) const { return {const_cast<SequenceState*>(find(id)), id}; }
 
   // Under mu_ (shared) for an id; a resolved sequence needs no lock.
   std::pair<SequenceState*, Stream*> locate(SeqId id, int layer, int head) const {
