@@ -76,8 +76,9 @@ CASES = [(1, 512), (8, 512), (32, 512), (1, 4096)]  # (batch, context)
 # llama.cpp's fastest configuration per weight dtype on this machine (probed on the 25M shape,
 # bench/RESULTS.md): f32 decodes fastest without flash attention (with it, 5x slower at 4096);
 # bf16 weights with an f16 cache fastest with it (1.15-1.55x decode, 1.3-2.7x prefill).
-# Q8_0 with f16 cache and flash attention as bf16: the configuration its bf16 probe found fastest.
-# TODO(issue 26): probe Q8_0's flash/cache options on the quiet machine as bf16's were.
+# Q8_0 fastest with flash attention and an f16 cache too (probed on the 1b shape, all four
+# flash x cache options, bench/RESULTS.md of 2026-12-05, seventh session): first or tied at
+# batch 1 and 8 and at 4096, first at prefill; flash with an f32 cache runs 4-9x slower.
 LLAMA = {  # name: (gguf dtype, driver flags)
     "llama f32": ("f32", ["--flash", "off", "--cache", "f32"]),
     "llama bf16": ("bf16", ["--flash", "on", "--cache", "f16"]),
