@@ -14,9 +14,12 @@ absl::Status bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
+// null (OpenAI's content of an assistant turn that only called tools) is empty text, as vLLM
+// reads it; so is a missing content.
 absl::StatusOr<std::string> content_of(const json& content, const std::string& field) {
+  if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return bad(field, "must be a string or an array of text parts");
+  if (!content.is_array()) return bad(field, "must be a string, null or an array of text parts");
   std::string text;
   for (const json& part : content) {
     if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||

@@ -57,5 +57,23 @@ TEST(ChatTemplate, WithoutOwnTemplateChatmlStopsAtImEnd) {
   EXPECT_EQ((*out)["stop"], json::array({"x", "<|im_end|>"}));
 }
 
+TEST(ChatTemplate, ChatmlReadsNullContentAsEmptyAndNamesOtherTypes) {
+  std::unique_ptr<Tokenizer> tokenizer = byte_tokenizer();
+  const json body = json::parse(R"({"messages": [{"role": "user", "content": "q"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "1", "type": "function",
+        "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "1", "content": "r"}]})");
+  absl::StatusOr<json> out = chat_to_completion(body, *tokenizer);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)["prompt"],
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+            "<|im_start|>tool\nr<|im_end|>\n<|im_start|>assistant\n");
+  absl::StatusOr<json> bad =
+      chat_to_completion({{"messages", {{{"role", "user"}, {"content", 5}}}}}, *tokenizer);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "messages[0].content: must be a string, null or an array of text parts");
+}
+
 }  // namespace
 }  // namespace fpa::server
