@@ -139,7 +139,7 @@ void OpenAiApi::completions(std::shared_ptr<http::Exchange> exchange, bool chat)
     reply_error(*exchange, api_error(st));
   };
   absl::StatusOr<CompletionRequest> req =
-      parse_completion_body(exchange->request().body, chat, *info_.limits.tokenizer);
+      parse_completion_body(exchange->request().body, chat, info_.limits);
   if (!req.ok()) return refuse(req.status());
   if (!req->ignored.empty()) report_ignored(*exchange, req->ignored);
   if (req->model && *req->model != info_.model_name) {

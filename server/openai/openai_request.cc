@@ -268,10 +268,10 @@ v1::GenerateRequest CompletionRequest::for_prompt(size_t i) const {
   return one;
 }
 
-absl::StatusOr<CompletionRequest> parse_completion_request(const json& body) {
+absl::StatusOr<CompletionRequest> parse_completion_request(const json& body, int max_tokens) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
   CompletionRequest r;
-  r.generate.set_max_new_tokens(kOpenAiDefaultMaxTokens);
+  r.generate.set_max_new_tokens(max_tokens);
   r.generate.set_temperature(kOpenAiDefaultTemperature);
   for (const auto& [key, value] : body.items()) {
     if (value.is_null()) continue;  // null = the default, as OpenAI's clients send it
@@ -306,11 +306,11 @@ absl::StatusOr<json> parse_json_body(std::string_view text) {
 }
 
 absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat,
-                                                        const Tokenizer& tokenizer) {
+                                                        const RequestLimits& limits) {
   absl::StatusOr<json> body = parse_json_body(text);
-  if (body.ok() && chat) body = chat_to_completion(*body, tokenizer);
+  if (body.ok() && chat) body = chat_to_completion(*body, *limits.tokenizer);
   if (!body.ok()) return body.status();
-  return parse_completion_request(*body);
+  return parse_completion_request(*body, chat ? limits.max_new_tokens : kOpenAiDefaultMaxTokens);
 }
 
 std::string json_text(const json& j) {

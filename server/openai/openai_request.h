@@ -14,10 +14,13 @@
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "proto/fpa/v1/fpa.pb.h"
+#include "server/request/validate.h"
 
 namespace fpa::server {
 
-// OpenAI's defaults where they differ from the proto's.
+// OpenAI's defaults where they differ from the proto's. A completion's max_tokens is 16; a
+// chat's has none (it runs to the end of the context, in OpenAI's API and vLLM's alike), so
+// here it is the server's --max-new-tokens.
 inline constexpr int kOpenAiDefaultMaxTokens = 16;
 inline constexpr float kOpenAiDefaultTemperature = 1.0f;
 
@@ -40,17 +43,20 @@ struct CompletionRequest {
   std::vector<std::string> ignored;    // unknown fields, accepted and ignored as vLLM does
 };
 
-// InvalidArgument with a message that starts with the OpenAI field's name.
-absl::StatusOr<CompletionRequest> parse_completion_request(const nlohmann::json& body);
+// InvalidArgument with a message that starts with the OpenAI field's name. `max_tokens`: the
+// default where the body has none.
+absl::StatusOr<CompletionRequest> parse_completion_request(
+    const nlohmann::json& body, int max_tokens = kOpenAiDefaultMaxTokens);
 
 // Every JSON body enters here: its depth is bounded before a value is built (a deep body would
 // otherwise exhaust the stack in the code that walks it). InvalidArgument if too deep or not JSON.
 absl::StatusOr<nlohmann::json> parse_json_body(std::string_view text);
 
 // The body of /v1/completions, or of /v1/chat/completions (`chat`) as its completion equivalent
-// (the chat rendered by the tokenizer's model's own template, else the default).
+// (the chat rendered by the model's own template, limits.tokenizer's, else the default; with no
+// max_tokens, limits.max_new_tokens of them).
 absl::StatusOr<CompletionRequest> parse_completion_body(std::string_view text, bool chat,
-                                                        const Tokenizer& tokenizer);
+                                                        const RequestLimits& limits);
 
 struct ApiError {
   int http_status = 500;

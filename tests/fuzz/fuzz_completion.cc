@@ -26,10 +26,10 @@ void check_body(std::string_view body, bool chat) {
     config.vocab_size = 259;
     return fpa::make_byte_tokenizer(config);
   }();
-  absl::StatusOr<fpa::server::CompletionRequest> req =
-      fpa::server::parse_completion_body(body, chat, *tokenizer);
-  if (!req.ok()) return check_error(req.status());
   const fpa::server::RequestLimits limits{259, tokenizer.get(), 512, 128, 20.0f};
+  absl::StatusOr<fpa::server::CompletionRequest> req =
+      fpa::server::parse_completion_body(body, chat, limits);
+  if (!req.ok()) return check_error(req.status());
   for (size_t i = 0; i < req->prompts.size(); ++i) {
     absl::StatusOr<fpa::server::GenerationParams> p =
         fpa::server::to_params(req->for_prompt(i), limits);

@@ -1,10 +1,12 @@
 // chat_to_completion with and without a model's own chat template: the own template's prompt is
-// token ids without an added BOS and no "<|im_end|>" stop; the default keeps ChatML.
+// token ids without an added BOS and no "<|im_end|>" stop; the default keeps ChatML. A chat's
+// max_tokens defaults to the server's cap, a completion's to 16.
 #include "server/openai/chat_template.h"
 
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/model_chat_template.h"
+#include "server/openai/openai_request.h"
 
 namespace fpa::server {
 namespace {
@@ -73,6 +75,23 @@ TEST(ChatTemplate, ChatmlReadsNullContentAsEmptyAndNamesOtherTypes) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "messages[0].content: must be a string, null or an array of text parts");
+}
+
+TEST(ChatTemplate, ChatWithoutMaxTokensRunsToTheServerCapCompletionsTo16) {
+  std::unique_ptr<Tokenizer> tokenizer = byte_tokenizer();
+  RequestLimits limits;
+  limits.tokenizer = tokenizer.get();
+  limits.max_new_tokens = 300;
+  const auto max_tokens = [&](std::string_view body, bool chat) {
+    absl::StatusOr<CompletionRequest> r = parse_completion_body(body, chat, limits);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->generate.max_new_tokens() : -1;
+  };
+  const std::string messages = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(max_tokens("{" + messages + "}", true), 300);
+  EXPECT_EQ(max_tokens("{" + messages + R"(, "max_tokens": null})", true), 300);
+  EXPECT_EQ(max_tokens("{" + messages + R"(, "max_completion_tokens": 7})", true), 7);
+  EXPECT_EQ(max_tokens(R"({"prompt": "hi"})", false), kOpenAiDefaultMaxTokens);
 }
 
 }  // namespace

@@ -105,3 +105,20 @@ def test_model_without_a_template_keeps_chatml(server):
     status, text = post(server, "/tokenize", {"prompt": "<|im_start|>user\nhi<|im_end|>\n"
                                                         "<|im_start|>assistant\n"})
     assert chat["tokens"] == text["tokens"]
+
+
+def test_chat_without_max_tokens_runs_to_the_server_cap(make_server):
+    """A chat with no max_tokens runs on to the end of its turn or the server's --max-new-tokens
+    (OpenAI's and vLLM's chats have no default cap), where a completion stops at OpenAI's 16."""
+    s = make_server("--max-new-tokens", "40")
+    messages = [{"role": "user", "content": "Tell me a long story."}]
+    for body in ({"messages": messages, "temperature": 0},
+                 {"messages": messages, "temperature": 0, "max_tokens": None}):
+        status, chat = post(s, "/v1/chat/completions", body)
+        assert status == 200, chat
+        reason, tokens = chat["choices"][0]["finish_reason"], chat["usage"]["completion_tokens"]
+        assert (reason, tokens) == ("length", 40) or (reason == "stop" and tokens < 40), chat
+    status, chat = post(s, "/v1/chat/completions", {"messages": messages, "max_tokens": 5})
+    assert (status, chat["usage"]["completion_tokens"]) == (200, 5), chat
+    status, completion = post(s, "/v1/completions", {"prompt": "Once upon a time"})
+    assert (status, completion["usage"]["completion_tokens"]) == (200, 16), completion
