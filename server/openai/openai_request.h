@@ -45,8 +45,8 @@ struct CompletionRequest {
 
 // InvalidArgument with a message that starts with the OpenAI field's name. `max_tokens`: the
 // default where the body has none.
-absl::StatusOr<CompletionRequest> parse_completion_request(
-    const nlohmann::json& body, int max_tokens = kOpenAiDefaultMaxTokens);
+absl::StatusOr<CompletionRequest> parse_completion_request(const nlohmann::json& body,
+                                                           int max_tokens);
 
 // Every JSON body enters here: its depth is bounded before a value is built (a deep body would
 // otherwise exhaust the stack in the code that walks it). InvalidArgument if too deep or not JSON.
