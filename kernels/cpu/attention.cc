@@ -90,90 +90,159 @@ float* scratch(size_t n) {
   return buf.data();
 }
 
-// A query against keys (dot products) and its weighted sum of values. D > 0 (a multiple of 16):
-// query and output row live in vector registers; D = 0: any head_dim, plain loops.
-template <int D>
-class QueryRow {
+// A head's row of D floats in registers: D / 32 pairs of vectors, then 16 more where D % 32 is 16.
+// A pair holds 32 consecutive elements in the order a cached row of type K loads fastest: a
+// bf16 row's even elements, then its odd ones (a bf16 is the upper half of a float, so one
+// 64-byte load widens to both by a shift and a mask: no shuffle), a float32 row's first 16, then
+// the next 16. The query and the output row are held in the same order, so products and sums
+// pair the same elements; only the query's load and the output's store reorder.
+template <int D, typename K>
+struct RowOrder {
   static_assert(D % 16 == 0);
-  static constexpr int kN = D / 16;
+  static constexpr int kPairs = D / 32, kN = D / 16;
+  typedef uint32_t Words __attribute__((vector_size(64)));
+
+  // A cached row, as the kernel reads it for every key.
+  [[gnu::always_inline]] static void load_row(const K* p, Lanes (&out)[kN]) {
+    for (int c = 0; c < kPairs; ++c) {
+      if constexpr (std::is_same_v<K, float>) {
+        out[2 * c] = load(p + 32 * c), out[2 * c + 1] = load(p + 32 * c + 16);
+      } else {
+        Words w;
+        std::memcpy(&w, p + 32 * c, sizeof w);
+        const Words even = w << 16, odd = w & 0xffff0000u;
+        std::memcpy(&out[2 * c], &even, sizeof even);
+        std::memcpy(&out[2 * c + 1], &odd, sizeof odd);
+      }
+    }
+    if constexpr (kN % 2 == 1) out[kN - 1] = load(p + 32 * kPairs);
+  }
+  // A float32 row (the query, the step's own key and value) into the same order.
+  [[gnu::always_inline]] static void split(const float* x, Lanes (&out)[kN]) {
+    for (int i = 0; i < kN; ++i) out[i] = load(x + 16 * i);
+    if constexpr (!std::is_same_v<K, float>) {
+      for (int c = 0; c < kPairs; ++c) {
+        const Lanes lo = out[2 * c], hi = out[2 * c + 1];
+        out[2 * c] = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                             26, 28, 30);
+        out[2 * c + 1] = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                                 25, 27, 29, 31);
+      }
+    }
+  }
+  // The inverse of split.
+  [[gnu::always_inline]] static void merge(const Lanes (&in)[kN], float* x) {
+    Lanes out[kN];
+    for (int i = 0; i < kN; ++i) out[i] = in[i];
+    if constexpr (!std::is_same_v<K, float>) {
+      for (int c = 0; c < kPairs; ++c) {
+        const Lanes even = in[2 * c], odd = in[2 * c + 1];
+        out[2 * c] = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                             22, 7, 23);
+        out[2 * c + 1] = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                                 13, 29, 14, 30, 15, 31);
+      }
+    }
+    for (int i = 0; i < kN; ++i) store(x + 16 * i, out[i]);
+  }
+};
+
+// A query against keys (dot products) and its weighted sum of values. D > 0 (a multiple of 16):
+// query and output row live in vector registers (RowOrder); D = 0: any head_dim, plain loops.
+template <int D, typename K>
+class QueryRow {
+  using Order = RowOrder<D, K>;
+  static constexpr int kN = Order::kN;
 
  public:
   QueryRow(const float* q, int /*dim*/) {
-    for (int k = 0; k < kN; ++k) q_[k] = load(q + 16 * k), row_[k] = Lanes{};
+    Order::split(q, q_);
+    for (Lanes& r : row_) r = Lanes{};
   }
-  // K: float (float32 pages) or uint16_t (bf16 pages), widened as it is loaded.
-  template <typename K>
-  [[gnu::always_inline]] float dot(const K* key) const {
-    return hsum(products(key));
+  // The step's own key and value, float32 rows.
+  float own_dot(const float* key) const {
+    Lanes k[kN];
+    Order::split(key, k);
+    return hsum(products(k));
+  }
+  void own_add(const float* v) {
+    Lanes x[kN];
+    Order::split(v, x);
+    for (int i = 0; i < kN; ++i) row_[i] += x[i];
   }
   // The dot products of the first w (<= 16) of 16 consecutive key rows; lanes past w are 0.
-  // before(j) runs before row j is read.
-  template <typename K, typename F>
-  [[gnu::always_inline]] Lanes dot16(const K* keys, int w, F before) const {
+  // A whole block unrolls, its 16 sums in registers.
+  [[gnu::always_inline]] Lanes dot16(const K* keys, int w) const {
     Lanes a[16];
-    for (int j = 0; j < 16; ++j) {
-      if (j < w) before(j);
-      a[j] = j < w ? products(keys + j * D) : Lanes{};
+    if (w == 16) {
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) a[j] = products(keys + j * D);
+    } else {
+      for (int j = 0; j < 16; ++j) a[j] = j < w ? products(keys + j * D) : Lanes{};
     }
     return hsum16(a);
   }
-  template <typename K>
-  [[gnu::always_inline]] void add(float p, const K* v) {
-    for (int k = 0; k < kN; ++k) row_[k] += p * load(v + 16 * k);
-  }
   // add(p[j], rows + j * D) for the first w of 16 value rows; a row of weight 0 is not read. The
-  // sum runs in locals: GCC kept row_ in memory across add() calls, a store-to-load chain per key
-  // that bounded the kernel at about 11 cycles a key.
-  template <typename K>
-  [[gnu::always_inline]] void add16(const float* p, int w, const K* rows) {
-    Lanes r[kN];
-    for (int k = 0; k < kN; ++k) r[k] = row_[k];
-    for (int j = 0; j < w; ++j) {
-      if (p[j] == 0.0f) continue;
-      for (int k = 0; k < kN; ++k) r[k] += p[j] * load(rows + j * D + 16 * k);
+  // sums run in locals (GCC kept row_ in memory across calls, a store-to-load chain per key that
+  // bounded the kernel at about 11 cycles a key), even and odd keys apart: one chain of
+  // multiply-adds through the 16 keys waited on each one's latency (6% of the kernel's rate from
+  // the cache). each(j) runs for every row j, read or not.
+  template <typename F>
+  [[gnu::always_inline]] void add16(const float* p, int w, const K* rows, F each) {
+    Lanes even[kN], odd[kN];
+    for (int i = 0; i < kN; ++i) even[i] = row_[i], odd[i] = Lanes{};
+    for (int j = 0; j < w; j += 2) {
+      each(j), add(p[j], rows + j * D, even);
+      if (j + 1 < w) each(j + 1), add(p[j + 1], rows + (j + 1) * D, odd);
     }
-    for (int k = 0; k < kN; ++k) row_[k] = r[k];
+    for (int i = 0; i < kN; ++i) row_[i] = even[i] + odd[i];
   }
   void rescale(float c) {
-    for (int k = 0; k < kN; ++k) row_[k] *= c;
+    for (Lanes& r : row_) r *= c;
   }
   void store(float* out, float scale) const {
-    for (int k = 0; k < kN; ++k) {
-      const Lanes r = row_[k] * scale;
-      std::memcpy(out + 16 * k, &r, sizeof r);
-    }
+    Lanes r[kN];
+    for (int i = 0; i < kN; ++i) r[i] = row_[i] * scale;
+    Order::merge(r, out);
   }
 
  private:
-  template <typename K>
-  [[gnu::always_inline]] Lanes products(const K* key) const {
-    Lanes acc = q_[0] * load(key);
-    for (int k = 1; k < kN; ++k) acc += q_[k] * load(key + 16 * k);
+  [[gnu::always_inline]] static void add(float p, const K* v, Lanes (&r)[kN]) {
+    if (p == 0.0f) return;
+    Lanes x[kN];
+    Order::load_row(v, x);
+    for (int i = 0; i < kN; ++i) r[i] += p * x[i];
+  }
+  [[gnu::always_inline]] Lanes products(const Lanes (&k)[kN]) const {
+    Lanes acc = q_[0] * k[0];
+    for (int i = 1; i < kN; ++i) acc += q_[i] * k[i];
     return acc;
+  }
+  [[gnu::always_inline]] Lanes products(const K* key) const {
+    Lanes k[kN];
+    Order::load_row(key, k);
+    return products(k);
   }
 
   Lanes q_[kN], row_[kN];
 };
 
-template <>
-class QueryRow<0> {
+template <typename K>
+class QueryRow<0, K> {
  public:
   QueryRow(const float* q, int dim) : q_(q), dim_(dim), row_(dim, 0.0f) {}
-  float dot(const float* key) const { return fpa::cpu::dot(q_, key, dim_); }
-  void add(float p, const float* v) { axpy(p, v, row_.data(), dim_); }
-  // bf16 rows are widened first, so that the sums run as they do over float32 rows.
-  float dot(const uint16_t* key) const { return dot(widen(key)); }
-  void add(float p, const uint16_t* v) { add(p, widen(v)); }
-  template <typename K>
-  void add16(const float* p, int w, const K* rows) {
+  float own_dot(const float* key) const { return dot(key); }
+  void own_add(const float* v) { add(1.0f, v); }
+  template <typename F>
+  void add16(const float* p, int w, const K* rows, F each) {
     for (int j = 0; j < w; ++j) {
+      each(j);
       if (p[j] != 0.0f) add(p[j], rows + static_cast<long>(j) * dim_);
     }
   }
-  template <typename K, typename F>
-  Lanes dot16(const K* keys, int w, F before) const {
+  Lanes dot16(const K* keys, int w) const {
     Lanes d{};
-    for (int j = 0; j < w; ++j) before(j), d[j] = dot(keys + static_cast<long>(j) * dim_);
+    for (int j = 0; j < w; ++j) d[j] = dot(keys + static_cast<long>(j) * dim_);
     return d;
   }
   void rescale(float c) {
@@ -184,6 +253,11 @@ class QueryRow<0> {
   }
 
  private:
+  float dot(const float* key) const { return fpa::cpu::dot(q_, key, dim_); }
+  void add(float p, const float* v) { axpy(p, v, row_.data(), dim_); }
+  // bf16 rows are widened first, so that the sums run as they do over float32 rows.
+  float dot(const uint16_t* key) const { return dot(widen(key)); }
+  void add(float p, const uint16_t* v) { add(p, widen(v)); }
   const float* widen(const uint16_t* x) const {
     for (int i = 0; i < dim_; ++i) wide_[i] = bf16_to_float(x[i]);
     return wide_.data();
@@ -195,10 +269,6 @@ class QueryRow<0> {
   mutable std::vector<float> wide_ = std::vector<float>(dim_);
 };
 
-// A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
-// the query and output row stay in registers across keys; D = 0 takes any size. One pass over
-// the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
-// a key's k and v are read once, together; an excluded key's value is not read at all.
 // The key and value rows of a page in its storage's type.
 template <typename K>
 std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
@@ -243,6 +313,10 @@ template <typename K>
   }
 }
 
+// A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
+// the query and output row stay in registers across keys; D = 0 takes any size. One pass over
+// the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
+// a key's k and v are read once, together; an excluded key's value is not read at all.
 template <int D, typename K>
 float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                   const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
@@ -252,11 +326,14 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   // Scores are kept only for the attention mass, which needs the final maximum.
   const bool record = keys.mass.counts(0);
   float* s = record ? scratch(keys.pages.size() * ps) : nullptr;
-  QueryRow<D> query(q, dim);
-  const float own_score = query.dot(own.k) * scale;
+  QueryRow<D, K> query(q, dim);
+  const float own_score = query.own_dot(own.k) * scale;
   float mx = own_score;
-  query.add(1.0f, own.v);
-  double z = 1.0;
+  query.own_add(own.v);
+  // The softmax's denominator per lane (the own key's 1 in lane 0), summed at the end: a double
+  // added per block was spilled to the stack, a store-to-load chain through every block.
+  Lanes z{};
+  z[0] = 1.0f;
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
@@ -272,14 +349,20 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
       const Lanes m = dips ? Lanes{} + phi : m_old;
       // Written only where it changed: an unchanged page's field stays clean, not written back.
       if (any(dips)) std::memcpy(pv.m + j0, &m, w * sizeof(float));
-      const Lanes dots = query.dot16(k_rows + static_cast<long>(j0) * dim, w,
-                                     [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim); });
+      const Lanes dots = query.dot16(k_rows + static_cast<long>(j0) * dim, w);
+      // The page ahead's rows, a key's beside each value row read: in the unrolled dot16 GCC
+      // gathered the block's 64 prefetches ahead of its loads (a burst the miss buffers drop),
+      // and from DRAM the kernel read 46 GB/s where it reads 53 with them here.
+      const auto fetch = [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim); };
       const Lanes scored = dots * scale - penalty(pen, load_slots<Lanes>(pv.lvl + j0, w, 0.0f), m);
       alignas(64) float sc[16];
       store(sc, live ? scored : Lanes{} - kInf);
       if (s != nullptr) std::copy_n(sc, w, s + p * ps + j0);
       const float block_max = hmax(load(sc));
-      if (block_max == -kInf) continue;
+      if (block_max == -kInf) {
+        for (int j = 0; j < w; ++j) fetch(j);
+        continue;
+      }
       if (block_max > mx) {
         const float shrink = exp_nonpositive(mx - block_max);
         query.rescale(shrink);
@@ -289,11 +372,11 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
       alignas(64) float e[16];
       const Lanes el = exp_lanes(load(sc) - mx);
       std::memcpy(e, &el, sizeof e);
-      z += hsum(el);
-      query.add16(e, w, v_rows + static_cast<long>(j0) * dim);
+      z += el;
+      query.add16(e, w, v_rows + static_cast<long>(j0) * dim, fetch);
     }
   }
-  const float inv = static_cast<float>(1.0 / z);
+  const float inv = 1.0f / hsum(z);
   query.store(out, inv);
   if (!record) return 0.0f;
   const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;

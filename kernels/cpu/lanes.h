@@ -57,11 +57,19 @@ typedef int32_t Ints __attribute__((vector_size(64)));
   return (q[0] + q[1]) + (q[2] + q[3]);
 }
 
-// The largest lane.
+// The largest lane: a tree, as hsum (a loop over the lanes compiled to a chain of 15 lane
+// extractions and maxima, once per block of the decode attention kernel).
 [[gnu::always_inline]] inline float hmax(Lanes v) {
-  float m = v[0];
-  for (int i = 1; i < 16; ++i) m = v[i] > m ? v[i] : m;
-  return m;
+  typedef float Half __attribute__((vector_size(32)));
+  typedef float Quarter __attribute__((vector_size(16)));
+  const Half a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  const Half b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Half h = a > b ? a : b;
+  const Quarter c = __builtin_shufflevector(h, h, 0, 1, 2, 3);
+  const Quarter d = __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  const Quarter q = c > d ? c : d;
+  const float x = q[0] > q[1] ? q[0] : q[1], y = q[2] > q[3] ? q[2] : q[3];
+  return x > y ? x : y;
 }
 
 // hsum of each of 16 vectors at once, out[j] = hsum(v[j]) bit for bit (the same additions in
