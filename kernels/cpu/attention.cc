@@ -313,6 +313,20 @@ template <typename K>
   }
 }
 
+// The cached keys' probabilities from their scores s (the softmax's maximum mx and 1 / its
+// denominator inv) into their acc, added or stored as the keys' mass rule says.
+void record_decode_mass(const CachedKeys& keys, const float* s, float mx, float inv) {
+  const int ps = keys.page_slots;
+  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
+    for (int j = 0; j < ps; ++j) {
+      if (pv.pos[j] < 0) continue;
+      pv.acc[j] = (add ? pv.acc[j] : 0.0f) + exp_nonpositive(s[p * ps + j] - mx) * inv;
+    }
+  }
+}
+
 // A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
 // the query and output row stay in registers across keys; D = 0 takes any size. One pass over
 // the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
@@ -379,14 +393,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   const float inv = 1.0f / hsum(z);
   query.store(out, inv);
   if (!record) return 0.0f;
-  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
-  for (size_t p = 0; p < keys.pages.size(); ++p) {
-    const cache::PageView& pv = keys.pages[p];
-    for (int j = 0; j < ps; ++j) {
-      if (pv.pos[j] < 0) continue;
-      pv.acc[j] = (add ? pv.acc[j] : 0.0f) + exp_nonpositive(s[p * ps + j] - mx) * inv;
-    }
-  }
+  record_decode_mass(keys, s, mx, inv);
   return exp_nonpositive(own_score - mx) * inv;
 }
 
