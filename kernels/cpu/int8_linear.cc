@@ -205,7 +205,11 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
   quantize_rows(x, n, w0.cols(), stride, xq, sx, pool);
   long rows = 0;
   for (const Int8Output& o : outs) rows += (o.w->rows() + 63) / 64 * 64;
-  for_output_blocks(pool, static_cast<int>(rows), n * rows * w0.cols(), [&](int b0, int b1) {
+  // One pass per block (up to kTile tokens) streams each block on its own, so the ranges may
+  // shrink to a block at the end and the threads finish together (at 1 token a few per cent,
+  // bench/RESULTS.md); more passes fetch a range's next block during this one's and want long
+  // ranges.
+  const auto range = [&](int b0, int b1) {
     int first = 0;  // the output's first block in the joint numbering
     for (const Int8Output& o : outs) {
       const int blocks = (o.w->rows() + 63) / 64;
@@ -213,7 +217,8 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
       if (lo < hi) gemv_blocks(*o.w, xq, sx, n, o.y, lo, hi, o.accumulate);
       first += blocks;
     }
-  });
+  };
+  for_output_blocks(pool, static_cast<int>(rows), n * rows * w0.cols(), range, n <= kTile);
 }
 
 // More tokens: oneDNN's u8 x s8 -> s32 matmul of the quantized input (xq, sx: quantize_rows),

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -36,14 +37,25 @@ void for_row_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
 }
 
 // Calls f(b0, b1) for ranges of the blocks of 64 outputs of an `out_rows`-row product (the
-// packed layouts of bf16_linear and int8_linear), a few ranges per thread so that a fast thread
-// can take over a slow one's share.
+// packed layouts of bf16_linear and int8_linear), so that a fast thread can take over a slow one's
+// share: a few equal ranges per thread, or where `guided`, ranges that shrink as they go, each a
+// share of the blocks left (OpenMP's guided schedule), long streams first and the last ranges a
+// block or two, so the threads end close together. Guided suits a kernel that streams each block
+// on its own; one that fetches a range's next block while it works on this one (int8_linear's
+// passes over 5-8 tokens) loses a block's worth at every range's start.
 template <class F>
-void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
+void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f, bool guided = false) {
   const int blocks = (out_rows + 63) / 64;
   const int threads = pool != nullptr ? pool->threads() : 1;
   const int parts = std::min(blocks, threads * 4);
-  parallel_for(pool, parts, work, [&](int i) { f(blocks * i / parts, blocks * (i + 1) / parts); });
+  std::vector<int> start{0};
+  while (start.back() < blocks) {
+    const int i = static_cast<int>(start.size());
+    start.push_back(guided ? start.back() + std::max(1, (blocks - start.back()) / (2 * threads))
+                           : blocks * i / parts);
+  }
+  parallel_for(pool, static_cast<int>(start.size()) - 1, work,
+               [&](int i) { f(start[i], start[i + 1]); });
 }
 
 // Calls f(i, next) for i in [0, n) as parallel_for calls f(i), next being the index the same

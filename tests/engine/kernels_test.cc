@@ -19,6 +19,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/bf16.h"
 
@@ -658,6 +659,42 @@ TEST(ThreadPool, RunsEveryIndexOnceAcrossManyRuns) {
   }
   for (const auto& h : hits) EXPECT_EQ(h.load(), 200);
   pool.run(0, [&](int) { ADD_FAILURE(); });
+}
+
+// Every block of 64 outputs in exactly one range, whatever the row count and schedule: equal
+// ranges, a few a thread; guided ones shrinking to single blocks at the end.
+TEST(ThreadPool, OutputBlocksCoverEveryBlockOnce) {
+  ThreadPool pool(2);
+  for (const int rows : {1, 64, 65, 1030, 5632}) {
+    for (const bool guided : {false, true}) {
+      const int blocks = (rows + 63) / 64;
+      std::mutex mu;
+      std::vector<std::pair<int, int>> ranges;
+      std::vector<int> hits(blocks, 0);
+      for_output_blocks(
+          &pool, rows, 1L << 20,
+          [&](int b0, int b1) {
+            const std::lock_guard lock(mu);
+            ranges.emplace_back(b0, b1);
+            for (int b = b0; b < b1; ++b) ++hits[b];
+          },
+          guided);
+      for (const int h : hits) EXPECT_EQ(h, 1) << rows << " " << guided;
+      std::sort(ranges.begin(), ranges.end());
+      std::vector<int> size;
+      for (const auto& [b0, b1] : ranges) size.push_back(b1 - b0);
+      if (guided) {  // longest first, one block last
+        EXPECT_TRUE(std::is_sorted(size.rbegin(), size.rend())) << rows;
+        EXPECT_EQ(size.back(), 1) << rows;
+      } else {  // min(blocks, 4 a thread), within a block of each other
+        EXPECT_EQ(static_cast<int>(size.size()), std::min(blocks, 8)) << rows;
+        EXPECT_LE(*std::max_element(size.begin(), size.end()) -
+                      *std::min_element(size.begin(), size.end()),
+                  1)
+            << rows;
+      }
+    }
+  }
 }
 
 // Each index once, and each thread's `next` the index it then runs: the indices one thread ran,
