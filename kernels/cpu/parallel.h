@@ -3,8 +3,8 @@
 #pragma once
 
 #include <algorithm>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace fpa::cpu {
@@ -48,7 +48,8 @@ void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f, bo
   const int blocks = (out_rows + 63) / 64;
   const int threads = pool != nullptr ? pool->threads() : 1;
   const int parts = std::min(blocks, threads * 4);
-  std::vector<int> start{0};
+  // A decode step calls this about a hundred times: its few ranges stay off the heap.
+  absl::InlinedVector<int, 64> start{0};
   while (start.back() < blocks) {
     const int i = static_cast<int>(start.size());
     start.push_back(guided ? start.back() + std::max(1, (blocks - start.back()) / (2 * threads))
