@@ -100,13 +100,13 @@ double matmul_gflops(Dt src, Dt wei, Dt dst, int m, int k, int n, int threads) {
   const size_t esize = wei == Dt::s8 ? 1 : wei == Dt::bf16 ? 2 : 4;
   std::vector<char> w(static_cast<size_t>(n) * k * esize, 1), x(static_cast<size_t>(m) * k * 4, 1),
       y(static_cast<size_t>(m) * n * 4);
-  const dnnl::memory packed = cpu::pack_weights(w.data(), n, k, wei, src, dst);
-  const dnnl::matmul mm = cpu::matmul(packed, n, k, m, src, dst, false);
+  const cpu::PackedWeights packed = cpu::pack_weights(w.data(), n, k, wei, src, dst);
+  const dnnl::matmul mm = cpu::matmul(packed.mem, n, k, m, src, dst, false);
   const dnnl::engine& e = cpu::onednn_engine();
   const dnnl::memory xs(cpu::rows_desc(m, k, src), e, x.data());
   const dnnl::memory ys(cpu::rows_desc(m, n, dst), e, y.data());
   cpu::ThreadPool pool(threads);
-  const double s = best_seconds([&] { cpu::run_matmul(mm, xs, packed, ys, &pool); });
+  const double s = best_seconds([&] { cpu::run_matmul(mm, xs, packed.mem, ys, &pool); });
   return 2.0 * m * k * n / s / 1e9;
 }
 

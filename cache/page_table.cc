@@ -1,10 +1,8 @@
 #include "cache/page_table.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
-#include <new>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "model/bf16.h"
@@ -15,12 +13,6 @@ namespace {
 constexpr size_t kAlign = 64;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// A stream's pages lie apart in the pool, so decode reads it page by scattered page and a TLB
-// miss costs about as much as the page's reads; on 2 MiB pages decode attention ran 10-30%
-// faster (bench/RESULTS.md, "Decode attention kernel"). Small pools keep small pages.
-constexpr size_t kHugePage = size_t{2} << 20;
-size_t pool_alignment(size_t bytes) { return bytes >= kHugePage ? kHugePage : kAlign; }
 
 // Byte offsets of a page's arrays; k and v come first and only with host storage.
 struct Layout {
@@ -52,25 +44,23 @@ int64_t PageTable::bytes_per_key(const CacheShape& shape, bool host_storage) {
 absl::StatusOr<std::unique_ptr<PageTable>> PageTable::create(const CacheShape& shape,
                                                              int64_t num_pages, bool host_storage) {
   const size_t bytes = static_cast<size_t>(num_pages) * layout_for(shape, host_storage).stride;
-  const size_t align = pool_alignment(bytes);
-  auto* base =
-      static_cast<std::byte*>(::operator new (bytes, std::align_val_t{align}, std::nothrow));
+  // A stream's pages lie apart in the pool, so decode reads it page by scattered page and a TLB
+  // miss costs about as much as the page's reads (bench/RESULTS.md, "Decode attention kernel").
+  HugeBuffer base = allocate_huge(bytes);
   if (base == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", bytes, " bytes for ", num_pages, " KV cache pages"));
   }
-  // Advice only: where the kernel has no transparent huge pages the pool keeps small ones.
-  if (align == kHugePage) madvise(base, bytes, MADV_HUGEPAGE);
-  return std::unique_ptr<PageTable>(new PageTable(shape, num_pages, host_storage, base));
+  return std::unique_ptr<PageTable>(new PageTable(shape, num_pages, host_storage, std::move(base)));
 }
 
-PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, std::byte* base)
+PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, HugeBuffer base)
     : slots_(shape.page_slots),
       head_dim_(shape.head_dim),
       num_pages_(num_pages),
       host_storage_(host_storage),
       kv_bytes_(shape.kv_bytes),
-      base_(base),
+      base_(std::move(base)),
       info_(static_cast<size_t>(num_pages)),
       next_free_(static_cast<size_t>(num_pages * shape.page_slots), -1),
       where_(static_cast<size_t>(num_pages * shape.page_slots), -1),
@@ -84,18 +74,14 @@ PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_stora
   off_pos_ = l.pos;
 }
 
-PageTable::~PageTable() {
-  ::operator delete (base_, std::align_val_t{pool_alignment(num_pages_ * stride_)});
-}
-
 std::byte* PageTable::kv_row(int32_t gslot, bool value) const {
   const size_t row = static_cast<size_t>(head_dim_) * kv_bytes_;
-  return base_ + static_cast<size_t>(gslot / slots_) * stride_ + (value ? off_v_ : 0) +
+  return base_.get() + static_cast<size_t>(gslot / slots_) * stride_ + (value ? off_v_ : 0) +
          static_cast<size_t>(gslot % slots_) * row;
 }
 
 PageView PageTable::view(int32_t page) const {
-  std::byte* p = base_ + static_cast<size_t>(page) * stride_;
+  std::byte* p = base_.get() + static_cast<size_t>(page) * stride_;
   PageView v{};
   if (host_storage_ && kv_bytes_ == 4) {
     v.k = reinterpret_cast<float*>(p);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/huge_pages.h"
 #include "cache/kv_cache.h"
 #include "cache/page_ledger.h"
 
@@ -36,7 +37,6 @@ class PageTable {
   static int64_t bytes_per_key(const CacheShape& shape, bool host_storage);
   static absl::StatusOr<std::unique_ptr<PageTable>> create(const CacheShape& shape,
                                                            int64_t num_pages, bool host_storage);
-  ~PageTable();
 
   int32_t slots() const { return slots_; }
   int64_t num_pages() const { return num_pages_; }
@@ -78,7 +78,7 @@ class PageTable {
   void prefetch_page(int32_t page) const;
 
  private:
-  PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, std::byte* base);
+  PageTable(const CacheShape& shape, int64_t num_pages, bool host_storage, HugeBuffer base);
   int32_t claim(StreamPages& stream, int32_t page);  // a free slot of an owned page
   bool unclaim(StreamPages& stream, int32_t gslot);  // true when the page emptied
   void adopt(StreamPages& stream, int32_t page);     // a fresh page joins the stream
@@ -100,7 +100,7 @@ class PageTable {
   const int64_t num_pages_;
   const bool host_storage_;
   const int kv_bytes_;  // 4: float32 k and v; 2: bf16
-  std::byte* const base_;
+  const HugeBuffer base_;
   size_t stride_ = 0;
   size_t off_v_ = 0, off_lvl_ = 0, off_m_ = 0, off_acc_ = 0, off_pos_ = 0;
   std::vector<PageInfo> info_;

@@ -95,7 +95,7 @@ Bf16Matrix::Bf16Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
   packed_ = pack_weights(bits, m.rows, m.cols, Dt::bf16, Dt::bf16, Dt::f32);
   // One token goes through gemv_blocks where the layout is the one it reads, and reads no
   // further than convert_rows zeroes.
-  block_ = dot_block(packed_, 2, m.cols);
+  block_ = dot_block(packed_.mem, 2, m.cols);
   if (block_ / 64 > padded(m.cols)) block_ = 0;
 }
 

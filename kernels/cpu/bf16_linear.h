@@ -8,6 +8,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "kernels/cpu/onednn.h"
 #include "model/model.h"
 
 namespace fpa::cpu {
@@ -25,14 +26,14 @@ class Bf16Matrix {
   explicit Bf16Matrix(const Matrix& m);
   int rows() const { return rows_; }
   int cols() const { return cols_; }
-  const dnnl::memory& packed() const { return packed_; }
+  const dnnl::memory& packed() const { return packed_.mem; }
   // Where oneDNN packed 64 outputs by pairs of inputs (its AVX512-BF16 layout): the start of
   // each block of 64 outputs, `block` values apart; 0 for any other layout.
   long block() const { return block_; }
 
  private:
   int rows_, cols_;
-  dnnl::memory packed_;
+  PackedWeights packed_;
   long block_ = 0;
 };
 

@@ -266,7 +266,7 @@ Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
     offset_[r] = 128 * std::accumulate(qr, qr + m.cols, 0);
   }
   packed_ = pack_weights(q, m.rows, m.cols, Dt::s8, Dt::u8, Dt::s32);
-  block_ = dot_block(packed_, 4, m.cols);
+  block_ = dot_block(packed_.mem, 4, m.cols);
 }
 
 void linear_int8(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool,

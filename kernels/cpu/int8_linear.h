@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/onednn.h"
 #include "model/model.h"
 
 namespace fpa::cpu {
@@ -34,7 +35,7 @@ class Int8Matrix {
   explicit Int8Matrix(const Matrix& m);
   int rows() const { return rows_; }
   int cols() const { return cols_; }
-  const dnnl::memory& packed() const { return packed_; }
+  const dnnl::memory& packed() const { return packed_.mem; }
   // oneDNN's VNNI layout (64 outputs by quads of inputs): the distance between blocks of 64
   // outputs; 0 for any other layout (then every product goes through oneDNN).
   long block() const { return block_; }
@@ -45,7 +46,7 @@ class Int8Matrix {
   int rows_, cols_;
   std::vector<float> scale_;
   std::vector<int32_t> offset_;
-  dnnl::memory packed_;
+  PackedWeights packed_;
   long block_ = 0;
 };
 

@@ -4,7 +4,9 @@
 
 #include <map>
 #include <mutex>
+#include <new>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -26,18 +28,20 @@ const dnnl::engine& onednn_engine() {
   return e;
 }
 
-memory pack_weights(const void* bits, int rows, int cols, Dt dtype, Dt src, Dt dst) {
+PackedWeights pack_weights(const void* bits, int rows, int cols, Dt dtype, Dt src, Dt dst) {
   constexpr int kPackTokens = 64;
   const dnnl::matmul::primitive_desc pd(
       dnnl::matmul::desc(rows_desc(kPackTokens, cols, src), weights_desc(rows, cols, dtype, true),
                          rows_desc(kPackTokens, rows, dst)),
       onednn_engine());
-  memory packed(pd.weights_desc(), onednn_engine());
+  cache::HugeBuffer storage = cache::allocate_huge(pd.weights_desc().get_size());
+  if (storage == nullptr) throw std::bad_alloc();
+  memory packed(pd.weights_desc(), onednn_engine(), storage.get());
   memory plain(weights_desc(rows, cols, dtype, false), onednn_engine(), const_cast<void*>(bits));
   dnnl::stream s(onednn_engine());
   dnnl::reorder(plain, packed).execute(s, plain, packed);
   s.wait();
-  return packed;
+  return {std::move(storage), packed};
 }
 
 long dot_block(const memory& packed, int group, int cols) {

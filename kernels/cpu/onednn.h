@@ -5,6 +5,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cache/huge_pages.h"
+
 namespace fpa::cpu {
 
 class ThreadPool;
@@ -14,8 +16,13 @@ const dnnl::engine& onednn_engine();
 // Weights [rows, cols] of `dtype` at `bits` (row-major, as PyTorch's Linear holds them), packed
 // in the layout oneDNN picks for a product of 64 tokens of `src` dtype into `dst` dtype (the
 // blocked layout of its brgemm kernels). Every primitive of any token count reads that one copy.
-dnnl::memory pack_weights(const void* bits, int rows, int cols, dnnl::memory::data_type dtype,
-                          dnnl::memory::data_type src, dnnl::memory::data_type dst);
+// The copy lies on huge pages: decode streams every weight once a step.
+struct PackedWeights {
+  cache::HugeBuffer bits;
+  dnnl::memory mem;  // over `bits`
+};
+PackedWeights pack_weights(const void* bits, int rows, int cols, dnnl::memory::data_type dtype,
+                           dnnl::memory::data_type src, dnnl::memory::data_type dst);
 
 // Where `packed` holds 64 outputs by groups of `group` inputs (oneDNN's AVX512 dot-product
 // layouts: pairs for bf16, quads for int8): the distance between blocks of 64 outputs, whose

@@ -223,6 +223,22 @@ TEST(Ops, LinearInt8OfSeveralMatricesEqualsEachAlone) {
   }
 }
 
+// Decode streams every weight once a step: the packed copies start on a 2 MiB page (and are
+// advised as huge pages, cache/huge_pages.h), not wherever oneDNN's allocator put them.
+TEST(Ops, PackedWeightsStartOnAHugePage) {
+  const int rows = 2048, cols = 1024;  // 2 MiB of int8, 4 of bf16
+  const std::vector<float> w = randn(static_cast<size_t>(rows) * cols, 70);
+  const auto start = [](const dnnl::memory& m) {
+    return reinterpret_cast<uintptr_t>(m.get_data_handle()) % (uintptr_t{2} << 20);
+  };
+  if (cpu_has_vnni()) {
+    EXPECT_EQ(start(Int8Matrix(Matrix{w.data(), rows, cols}).packed()), 0u);
+  }
+  if (cpu_has_bf16()) {
+    EXPECT_EQ(start(Bf16Matrix(Matrix{w.data(), rows, cols}).packed()), 0u);
+  }
+}
+
 TEST(Ops, RmsNormAndSwiGlu) {
   const std::vector<float> x = randn(2 * 8, 3), w = randn(8, 4);
   std::vector<float> y(16);
