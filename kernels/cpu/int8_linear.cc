@@ -74,9 +74,10 @@ FPA_VNNI_TARGET void dequantize(const int32_t* acc, int count, const int32_t* of
 // bytes past it (0: one line). A block read by one token tile streams its own lines 2 KiB ahead
 // (the prefetcher alone lags). Read by several, the block is in L2 after the first pass: every
 // pass then pulls its share of the NEXT block's lines (tile i of n: from line i * 4 * quads / n,
-// ceil(4 / n) lines a quad, so the shares cover the block; for n = 3 they overlap), so DRAM streams
-// while the passes compute; else it idles through the passes that re-read the block. The same two
-// prefetches either way: no branch or division per quad.
+// ceil(4 / n) lines a quad, so the shares cover the block; for n = 3 and n > 4 they overlap, and a
+// line asked for again is found in the cache), so DRAM streams while the passes compute; else it
+// idles through the passes that re-read the block. The same two prefetches either way: no branch
+// or division per quad.
 struct Ahead {
   const int8_t* from;
   int step, second;

@@ -51,10 +51,10 @@ class Int8Matrix {
 };
 
 // Token counts the hand-written kernel takes by default; oneDNN's brgemm takes more. Measured
-// (build/bench/fpa-linear-bench, 5632 x 2048, 64 copies past the LLC, AMD EPYC, 2026-12-05): at 8
-// tokens the kernel read 47-48 GB/s of weights and oneDNN 34-36; at 12 and 16 the two were within
-// 5% of each other, either side ahead.
-inline constexpr int kInt8GemvTokens = 8;
+// (build/bench/fpa-linear-bench, int8 against int8-onednn, weights past the LLC, AMD EPYC,
+// 2026-12-06; bench/RESULTS.md): the kernel ahead by 5-21% from 12 to 48 tokens and 1-8% at 64
+// on the 1b shape's three matrix shapes, the two even at 128.
+inline constexpr int kInt8GemvTokens = 64;
 
 // y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token; up to
 // `gemv_tokens` tokens through the hand-written kernel. Requires cpu_has_vnni().

@@ -169,9 +169,11 @@ void expect_int8_exact_on_grid(int in) {
                          {5, kInt8GemvTokens},
                          {8, kInt8GemvTokens},
                          {33, kInt8GemvTokens},
+                         {kInt8GemvTokens, kInt8GemvTokens},
                          {300, kInt8GemvTokens},
                          {1, 0},
-                         {5, 0}}) {
+                         {5, 0},
+                         {33, 0}}) {
     std::vector<float> x(n * in);
     for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 255) - 127);
     for (int t = 0; t < n; ++t) x[t * in] = 127;  // each token's scale exactly 1
@@ -208,7 +210,7 @@ TEST(Ops, LinearInt8OfSeveralMatricesEqualsEachAlone) {
   for (size_t i = 0; i < rows.size(); ++i) w.push_back(randn(rows[i] * in, 50 + i));
   for (size_t i = 0; i < rows.size(); ++i) wq.emplace_back(Matrix{w[i].data(), rows[i], in});
   ThreadPool pool(2);
-  for (int n : {1, 3, 8, 12}) {
+  for (int n : {1, 3, 8, 12, 70}) {
     const std::vector<float> x = randn(n * in, 60 + n);
     std::vector<std::vector<float>> alone, joint;
     std::vector<Int8Output> outs;
