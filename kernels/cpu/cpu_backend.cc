@@ -234,7 +234,7 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b, int l) {
     norm_heads(k_.data(), n, w.k_norm, 1e-5f);
   }
   if (c_.rope_theta > 0.0f) {
-    cpu::for_row_blocks(&pool_, n, 4L * n * width(), [&](int r0, int rows) {
+    cpu::for_token_rows(&pool_, n, 4L * n * width(), [&](int r0, int rows) {
       for (int r = r0; r < r0 + rows; ++r) {
         const long row = static_cast<long>(r) * width();
         cpu::rope(q_.data() + row, nh, hd, hd, pos_[r], c_.rope_theta);
@@ -268,7 +268,7 @@ void CpuBackend::shift(const Matrix& gate, float* y, const Batch& b, int l, int 
 void CpuBackend::norm_heads(float* x, int n, std::span<const float> weight, float eps) {
   const int hd = c_.head_dim, nh = c_.n_heads;
   const bool shared = static_cast<int>(weight.size()) == hd;
-  cpu::for_row_blocks(&pool_, n, 2L * n * width(), [&](int r0, int rows) {
+  cpu::for_token_rows(&pool_, n, 2L * n * width(), [&](int r0, int rows) {
     for (int r = r0; r < r0 + rows; ++r) {
       for (int h = 0; h < nh; ++h) {
         float* head = x + static_cast<long>(r) * width() + h * hd;
@@ -379,17 +379,18 @@ absl::Status CpuBackend::update_cache(int l, const Batch& b) {
 void CpuBackend::mlp_block(const LayerWeights& w, int n) {
   norm(h_.data(), n, w.mlp_norm, x_.data());
   linear_each(x_.data(), n, {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}});
-  cpu::for_row_blocks(&pool_, n, 8L * n * c_.d_ff, [&](int r0, int rows) {
+  cpu::for_token_rows(&pool_, n, 8L * n * c_.d_ff, [&](int r0, int rows) {
     const long at = static_cast<long>(r0) * c_.d_ff;
     cpu::swiglu(gate_.data() + at, up_.data() + at, static_cast<long>(rows) * c_.d_ff);
   });
   linear(gate_.data(), n, w.w_down, h_.data(), /*accumulate=*/true);
 }
 
-// Row blocks on the pool: a prefill chunk's norms are worth splitting, a decode step's are not.
+// Token rows on the pool: a prefill chunk's or a large batch's norms are worth splitting, a
+// small batch's are not (kMinParallelWork).
 void CpuBackend::norm(const float* x, int n, std::span<const float> weight, float* y) {
   const int d = c_.d_model;
-  cpu::for_row_blocks(&pool_, n, 2L * n * d, [&](int r0, int rows) {
+  cpu::for_token_rows(&pool_, n, 2L * n * d, [&](int r0, int rows) {
     const long at = static_cast<long>(r0) * d;
     cpu::rmsnorm(x + at, rows, weight, c_.norm_eps, y + at);
   });

@@ -190,7 +190,7 @@ bool gemv_fits(std::span<const Int8Output> outs) {
 // pool: serial, each of a prompt chunk's quantizations kept the pool's other thread waiting.
 void quantize_rows(const float* x, int n, int cols, int stride, uint8_t* out, float* sx,
                    ThreadPool* pool) {
-  for_row_blocks(pool, n, static_cast<long>(n) * cols, [&](int r0, int rows) {
+  for_token_rows(pool, n, static_cast<long>(n) * cols, [&](int r0, int rows) {
     quantize_tokens(x + static_cast<long>(r0) * cols, rows, cols, stride,
                     out + static_cast<long>(r0) * stride, sx + r0);
   });

@@ -36,6 +36,19 @@ void for_row_blocks(ThreadPool* pool, int out_rows, long work, const F& f) {
   });
 }
 
+// Calls f(r0, rows) for blocks of `n` rows that each hold one token's vector (norms, RoPE, an
+// activation's quantization): any split is as good, a few blocks per thread. for_row_blocks'
+// 64-row minimum kept a batch of 32 tokens' norms on one thread while the other waited.
+template <class F>
+void for_token_rows(ThreadPool* pool, int n, long work, const F& f) {
+  const int threads = pool != nullptr ? pool->threads() : 1;
+  const int blocks = std::max(1, std::min(threads * 4, n));
+  parallel_for(pool, blocks, work, [&](int b) {
+    const int r0 = n * b / blocks, r1 = n * (b + 1) / blocks;
+    if (r1 > r0) f(r0, r1 - r0);
+  });
+}
+
 // Calls f(b0, b1) for ranges of the blocks of 64 outputs of an `out_rows`-row product (the
 // packed layouts of bf16_linear and int8_linear), so that a fast thread can take over a slow one's
 // share: a few equal ranges per thread, or where `guided`, ranges that shrink as they go, each a

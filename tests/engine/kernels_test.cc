@@ -717,6 +717,24 @@ TEST(ThreadPool, OutputBlocksCoverEveryBlockOnce) {
 
 // Each index once, and each thread's `next` the index it then runs: the indices one thread ran,
 // in its order, are a chain of next links ending in -1.
+// A batch's token rows go to both threads however few they are (a batch of 32 tokens' norms ran
+// on one thread), each row once.
+TEST(ThreadPool, TokenRowsCoverEveryRowOnceOnBothThreads) {
+  ThreadPool pool(2);
+  for (const int n : {1, 2, 7, 32, 512}) {
+    std::mutex mu;
+    std::vector<int> hits(n, 0);
+    int calls = 0;
+    for_token_rows(&pool, n, 1L << 20, [&](int r0, int rows) {
+      const std::lock_guard lock(mu);
+      ++calls;
+      for (int r = r0; r < r0 + rows; ++r) ++hits[r];
+    });
+    for (const int h : hits) EXPECT_EQ(h, 1) << n;
+    EXPECT_EQ(calls, std::min(n, 8)) << n;
+  }
+}
+
 TEST(ThreadPool, RunAheadTellsEachThreadItsNextIndex) {
   for (const int threads : {1, 2, 3}) {
     const ThreadPool pool(threads);
