@@ -1,8 +1,8 @@
 // Large buffers read in long streams (the KV cache's page pool, the CPU backend's packed
-// weights), on 2 MiB pages where the kernel grants transparent huge pages on advice
-// (`madvise` mode, Debian's and Ubuntu's default). A TLB miss every 4 KiB slowed both: decode
-// attention over scattered pages ran 10-30% faster on 2 MiB pages, and the int8 products of
-// batch-1 decode streamed their weights a few per cent faster (bench/RESULTS.md).
+// weights), on 2 MiB pages: advised, so they hold where the kernel's transparent huge pages are
+// in `madvise` mode (this host's) as in `always`. A TLB miss every 4 KiB slowed both: decode
+// attention over scattered pages ran 10-30% faster on 2 MiB pages, and the 1-token int8
+// product read its weights at 0.85 of the read loop against 0.75 (bench/RESULTS.md).
 #pragma once
 
 #include <cstddef>
