@@ -348,6 +348,11 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   // added per block was spilled to the stack, a store-to-load chain through every block.
   Lanes z{};
   z[0] = 1.0f;
+  // The stream read next: its page views (a line each), which the backend wrote on the other
+  // core just before, so each was a transfer from that core's cache at a page's start, one
+  // after another; asked for now, they arrive during this stream. A batch-8 step's call went
+  // from a median 0.96 to 0.92 ms (bench/RESULTS.md).
+  for (const cache::PageView& pv : then) __builtin_prefetch(&pv);
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
