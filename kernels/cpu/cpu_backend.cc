@@ -329,10 +329,10 @@ void CpuBackend::gather_pages(int l, const Batch& b) {
 
 // Each thread knows the stream it reads next, so its decode kernel fetches that stream's first
 // pages while it ends its own.
-// TODO(issue 26): a decode step's call costs about 45 us more than its bytes at the kernel's DRAM
-// rate (batch 1, medians of 2048 calls: 0.125 ms for 5 MB at 512 tokens, 0.62 ms for 36 MB at
-// 4096), and 0.099 ms repeated at once on hot pages, where fpa-attention-bench's loop over the
-// same 32 streams takes 0.057: 4-5% of a batch-1 step at 512, and not the memory being cold.
+// TODO(issue 26): a decode step's call loses about 1.3 us a stream that fpa-attention-bench's loop
+// over the same streams does not (medians: batch 1 0.099 ms hot against 0.057, batch 8 0.82
+// against 0.50), hot pages or cold: 4-5% of a batch-1 step at 512 tokens, about 15% of a
+// batch-8 one. The page views' transfer from the core that wrote them is a part (decode_impl).
 void CpuBackend::attend(int l, const Batch& b) {
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
   long work = 0;  // multiply-adds: queries x keys x head_dim
