@@ -3,8 +3,11 @@
 // to the streams interleaved (page by page, as a batch decoding in step takes them from the pool),
 // contiguous, or scattered (each stream's pages together, the streams in a shuffled order: the
 // page ledger's layout after prefill). Prints the bytes of keys, values and field read per second
-// (fastest of --reps).
+// (fastest of --reps) and the calls' median and 10th / 90th percentiles. With --window a call
+// takes that many streams, the next call the next ones: on a pool past the last-level cache each
+// call then reads cold pages, as a decode step's call for one layer does.
 //   build/bench/fpa-attention-bench --streams 256 --keys 512 --kv_dtype bf16 --layout scattered
+//   build/bench/fpa-attention-bench --streams 2048 --window 256 --keys 544 --layout scattered
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +34,10 @@ ABSL_FLAG(std::string, layout, "interleaved",
 ABSL_FLAG(bool, then, true,
           "each stream's kernel told the pages of the stream its thread reads next");
 ABSL_FLAG(int, threads, 2, "threads");
-ABSL_FLAG(int, reps, 15, "timed repetitions (the fastest is reported)");
+ABSL_FLAG(int, reps, 15, "timed calls (the fastest and the median are reported)");
+ABSL_FLAG(int, window, 0, "streams a call takes, in turn from all of them (0: all)");
+ABSL_FLAG(int, spread, 1,
+          "pages of the pool per page used (16: a layer's pages among 16 layers' in one pool)");
 
 namespace fpa::bench {
 namespace {
@@ -45,7 +51,8 @@ int run() {
   const bool contiguous = layout == "contiguous", scattered = layout == "scattered";
   const bool then = absl::GetFlag(FLAGS_then);
   const cache::CacheShape shape{1, 1, dim, slots, bf16 ? 2 : 4};
-  auto table = cache::PageTable::create(shape, static_cast<int64_t>(streams) * per, true);
+  const int spread = std::max(1, absl::GetFlag(FLAGS_spread));
+  auto table = cache::PageTable::create(shape, static_cast<int64_t>(streams) * per * spread, true);
   if (!table.ok()) {
     std::cerr << table.status() << "\n";
     return 1;
@@ -54,7 +61,7 @@ int run() {
   std::normal_distribution<float> normal;
   std::vector<std::vector<cache::PageView>> pages(streams);
   for (int p = 0; p < streams * per; ++p) {
-    const cache::PageView v = (*table)->view(p);
+    const cache::PageView v = (*table)->view(p * spread);
     for (int j = 0; j < slots * dim; ++j) {
       if (bf16) {
         v.k16[j] = round_to_bf16(normal(rng)), v.v16[j] = round_to_bf16(normal(rng));
@@ -70,27 +77,34 @@ int run() {
   if (scattered) std::shuffle(pages.begin(), pages.end(), rng);
   std::vector<float> q(dim, 0.1f), own(dim, 0.1f), out(static_cast<size_t>(streams) * dim);
   const cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
-  double best = 1e30;
+  const int window =
+      absl::GetFlag(FLAGS_window) > 0 ? std::min(absl::GetFlag(FLAGS_window), streams) : streams;
+  std::vector<double> ms;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+    const int first = static_cast<int>(static_cast<long>(r) * window % (streams - window + 1));
     const auto t0 = std::chrono::steady_clock::now();
     // As the CPU backend shares them out: each thread told the stream it reads next.
-    pool.run_ahead(streams, [&](int s, int next) {
+    pool.run_ahead(window, [&](int i, int after) {
+      const int s = first + i, next = after >= 0 ? first + after : -1;
       const cpu::CachedKeys keys{pages[s], slots, {cache::MassRule::Mode::kNone, 0, 0}};
       cpu::decode_attention(q.data(), 0.0f, {own.data(), own.data()}, {}, dim, keys,
                             out.data() + static_cast<size_t>(s) * dim,
                             then && next >= 0 ? pages[next] : std::span<const cache::PageView>());
     });
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  std::sort(ms.begin(), ms.end());
   // Per key: k and v, and the field the kernel reads (pos, lvl, m).
   const double bytes =
-      static_cast<double>(streams) * per * slots * (2.0 * dim * shape.kv_bytes + 12);
+      static_cast<double>(window) * per * slots * (2.0 * dim * shape.kv_bytes + 12);
   std::printf(
-      "{\"streams\":%d,\"keys\":%d,\"kv_dtype\":\"%s\",\"layout\":\"%s\",\"then\":%s,\"ms\":%.3f,"
-      "\"gb_per_s\":%.2f}\n",
-      streams, per * slots, bf16 ? "bf16" : "f32", layout.c_str(), then ? "true" : "false",
-      best * 1e3, bytes / best / 1e9);
+      "{\"streams\":%d,\"window\":%d,\"spread\":%d,\"keys\":%d,\"kv_dtype\":\"%s\","
+      "\"layout\":\"%s\",\"then\":%s,\"ms\":%.3f,\"gb_per_s\":%.2f,\"ms_p10\":%.3f,"
+      "\"ms_median\":%.3f,\"ms_p90\":%.3f}\n",
+      streams, window, spread, per * slots, bf16 ? "bf16" : "f32", layout.c_str(),
+      then ? "true" : "false", ms[0], bytes / ms[0] / 1e6, ms[ms.size() / 10], ms[ms.size() / 2],
+      ms[ms.size() * 9 / 10]);
   return 0;
 }
 
