@@ -32,13 +32,16 @@ struct LedgerDelta {
 
 class PageLedger {
  public:
-  PageLedger(int64_t num_pages, int64_t bytes_per_key);
+  // The pool's pages in `regions` consecutive regions of equal size (the cache makes one a layer).
+  PageLedger(int64_t num_pages, int64_t bytes_per_key, int regions = 1);
 
   // A free page, counted in use together with `delta`: from `*reservation` when it holds one
   // (which it then decrements), else one nobody reserved; nullopt (nothing changed) when none.
-  // Page `near` when it is free (a stream's next page right after its last one), else another.
+  // Page `near` when it is free (a stream's next page right after its last one), else one of
+  // `region`, else one of the region with the most free pages.
   std::optional<int32_t> take_page(const LedgerDelta& delta, int64_t* reservation = nullptr,
-                                   int32_t near = -1);
+                                   int32_t near = -1, int region = 0);
+  int region_of(int32_t page) const { return static_cast<int>(page / region_pages_); }
   // Tops `*reservation` up to `pages` when enough unreserved pages are free; false (nothing
   // changed) otherwise.
   bool reserve(int64_t* reservation, int64_t pages);
@@ -53,13 +56,15 @@ class PageLedger {
  private:
   void apply_locked(const LedgerDelta& delta, int64_t pages_delta);
   void push_free(int32_t page);
-  int32_t pop_free(int32_t near);
+  int32_t pop_free(int32_t near, int region);
 
   mutable std::mutex mu_;
-  std::vector<int32_t> free_;     // guarded by mu_; taken from the back
-  std::vector<int32_t> free_at_;  // guarded by mu_; page -> its index in free_, or -1
-  int64_t reserved_ = 0;          // guarded by mu_; <= free_.size()
+  std::vector<std::vector<int32_t>> free_;  // guarded by mu_; a list a region, taken from the back
+  std::vector<int32_t> free_at_;  // guarded by mu_; page -> its index in its region's list, or -1
+  int64_t free_count_ = 0;        // guarded by mu_; pages in the lists
+  int64_t reserved_ = 0;          // guarded by mu_; <= free_count_
   const int64_t pages_total_;
+  const int64_t region_pages_;  // pages a region (the last may have fewer)
   const int64_t bytes_per_key_;
   std::atomic<uint64_t> version_{0};  // odd while a change is in progress
   std::atomic<int64_t> pages_in_use_{0};

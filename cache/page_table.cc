@@ -64,7 +64,7 @@ PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_stora
       info_(static_cast<size_t>(num_pages)),
       next_free_(static_cast<size_t>(num_pages * shape.page_slots), -1),
       where_(static_cast<size_t>(num_pages * shape.page_slots), -1),
-      ledger_(num_pages, bytes_per_key(shape, host_storage)) {
+      ledger_(num_pages, bytes_per_key(shape, host_storage), shape.n_layers) {
   const Layout l = layout_for(shape, host_storage);
   stride_ = l.stride;
   off_v_ = l.v;
@@ -181,8 +181,8 @@ bool PageTable::unclaim(StreamPages& stream, int32_t gslot) {
   return info.live == 0;
 }
 
-absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_keys_delta,
-                                             int64_t* reservation) {
+absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int layer,
+                                             int64_t full_keys_delta, int64_t* reservation) {
   LedgerDelta with = stream.unsettled;
   with += {.live = 1, .full_keys = full_keys_delta};
   if (!stream.nonfull.empty()) {
@@ -190,7 +190,7 @@ absl::StatusOr<int32_t> PageTable::take_slot(StreamPages& stream, int64_t full_k
     return claim(stream, stream.nonfull.back());
   }
   const int32_t near = stream.pages.empty() ? -1 : stream.pages.back() + 1;
-  const std::optional<int32_t> page = ledger_.take_page(with, reservation, near);
+  const std::optional<int32_t> page = ledger_.take_page(with, reservation, near, layer);
   if (!page) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache pool exhausted: all ", num_pages_,
                                                      " pages of ", slots_,
@@ -246,7 +246,7 @@ void PageTable::return_pages(StreamPages& stream, std::span<const int32_t> pages
 }
 
 absl::StatusOr<int32_t> PageTable::clone_slot(StreamPages& stream, int32_t from) {
-  absl::StatusOr<int32_t> to = take_slot(stream, 0, nullptr);
+  absl::StatusOr<int32_t> to = take_slot(stream, ledger_.region_of(from / slots_), 0, nullptr);
   if (to.ok()) copy_slot(from, *to);
   return to;
 }

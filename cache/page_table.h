@@ -55,12 +55,14 @@ class PageTable {
   int32_t* where_data() { return where_.data(); }
 
   // A free slot of the stream (a page from the pool when all its pages are full: from
-  // `*reservation` first), counted live together with `full_keys_delta` (in the stream's
-  // unsettled counters). ResourceExhausted, nothing changed, when no page is free for it.
-  absl::StatusOr<int32_t> take_slot(StreamPages& stream, int64_t full_keys_delta,
+  // `*reservation` first, in the layer's region of the pool where one is free there), counted live
+  // together with `full_keys_delta` (in the stream's unsettled counters). ResourceExhausted,
+  // nothing changed, when no page is free for it.
+  absl::StatusOr<int32_t> take_slot(StreamPages& stream, int layer, int64_t full_keys_delta,
                                     int64_t* reservation);
   // A copy of slot `from` (any stream's) in a free slot of `stream`, counted live. Pages come
-  // from the unreserved pool; ResourceExhausted, nothing changed, when there is none.
+  // from the unreserved pool, in the region `from` is in where one is free there;
+  // ResourceExhausted, nothing changed, when there is none.
   absl::StatusOr<int32_t> clone_slot(StreamPages& stream, int32_t from);
   // Writes a taken slot's contents (k, v only with host storage; acc = 0).
   void write_slot(int32_t gslot, int32_t pos, float lvl, float m, const float* k, const float* v);

@@ -275,7 +275,7 @@ class PagedKvCache final : public KvCache {
     }
     SequenceAccount account(*seq, *stream);
     absl::StatusOr<int32_t> gslot =
-        table_->take_slot(stream->pages, pos - stream->last_pos, &seq->reserved);
+        table_->take_slot(stream->pages, layer, pos - stream->last_pos, &seq->reserved);
     if (!gslot.ok()) return gslot.status();
     table_->write_slot(*gslot, pos, lvl, m, k, v);
     seq->rule->track(*table_, *stream, *gslot);

@@ -89,6 +89,29 @@ TEST(Concurrency, StatsReadWhileWritersRun) {
   EXPECT_EQ(cache->free_pages(), 4096);
 }
 
+// The ledger's regions: a page of the asked-for region while it has one, else one of the region
+// with the most free pages; `near` before either; every page once, and the free count exact.
+TEST(Ledger, TakesFromTheRegionAskedForThenTheFullest) {
+  PageLedger ledger(10, 4, 3);  // regions [0, 4), [4, 8), [8, 10)
+  std::vector<int32_t> taken;
+  for (int i = 0; i < 2; ++i) taken.push_back(*ledger.take_page({}, nullptr, -1, 2));
+  for (int32_t p : taken) EXPECT_TRUE(p == 8 || p == 9) << p;
+  EXPECT_EQ(ledger.region_of(9), 2);
+  EXPECT_EQ(*ledger.take_page({}, nullptr, 3, 2), 3);  // near wins over the region
+  // Region 2 is empty: the fullest is region 1 (4 free) over region 0 (3 free).
+  const int32_t spill = *ledger.take_page({}, nullptr, -1, 2);
+  EXPECT_EQ(ledger.region_of(spill), 1);
+  taken.push_back(3), taken.push_back(spill);
+  while (const std::optional<int32_t> p = ledger.take_page({}, nullptr, -1, 0)) taken.push_back(*p);
+  std::sort(taken.begin(), taken.end());
+  EXPECT_EQ(taken, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(ledger.free_pages(), 0);
+  ledger.apply({}, std::vector<int32_t>{9, 0});
+  EXPECT_EQ(ledger.free_pages(), 2);
+  EXPECT_EQ(*ledger.take_page({}, nullptr, -1, 2), 9);
+  EXPECT_EQ(*ledger.take_page({}, nullptr, -1, 2), 0);  // region 2 empty again: region 0's
+}
+
 // A page taken from a reservation leaves the reserved count and enters the in-use count as one
 // change: a reader never sees it in both or in neither. The writer cycles through (in use,
 // reserved) = (0,0), (0,2), (1,1), (2,0), so every consistent snapshot sums to 0 or 2.

@@ -152,6 +152,47 @@ TEST(Pool, StreamsGrowIntoConsecutivePages) {
   expect_consistent(*cache, {{seq, 3 * 20}, {other, 3 * per_head}});
 }
 
+// A layer's pages come from its own region of the pool (the decode attention reads one layer's
+// streams at a time, faster from one region than from all of it), as long as that region has
+// free pages; then from the region with the most, and every page is handed out once.
+TEST(Pool, EachLayerTakesPagesFromItsOwnRegion) {
+  const CacheShape shape{.n_layers = 3, .n_heads = 2, .head_dim = 2, .page_slots = 2};
+  const int64_t num_pages = 60;  // regions of 20: [0, 20), [20, 40), [40, 60)
+  auto cache = testing::make_cache(shape, num_pages);
+  PolicyConfig none;
+  none.policy = Policy::kNone;
+  const SeqId seq = *cache->add_sequence(none);
+  for (int32_t pos = 0; pos < 2 * 8; ++pos) {  // 8 pages a stream, layers and heads in turn
+    for (int l = 0; l < 3; ++l) {
+      for (int h = 0; h < 2; ++h) ASSERT_TRUE(insert_key(*cache, seq, l, h, pos, 0.0f).ok());
+    }
+  }
+  for (int l = 0; l < 3; ++l) {
+    for (int h = 0; h < 2; ++h) {
+      for (int32_t p : cache->pages(seq, l, h)) {
+        EXPECT_GE(p, 20 * l) << l << " " << h;
+        EXPECT_LT(p, 20 * (l + 1)) << l << " " << h;
+      }
+    }
+  }
+  // Layer 0 outgrows its region (4 pages left): the rest come from the regions with the most free.
+  const SeqId more = *cache->add_sequence(none);
+  for (int32_t pos = 0; pos < 2 * 12; ++pos)
+    ASSERT_TRUE(insert_key(*cache, more, 0, 0, pos, 0).ok());
+  std::vector<int32_t> seen;
+  for (SeqId s : {seq, more}) {
+    for (int l = 0; l < 3; ++l) {
+      for (int h = 0; h < 2; ++h) {
+        for (int32_t p : cache->pages(s, l, h)) seen.push_back(p);
+      }
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(cache->free_pages(), num_pages - static_cast<int64_t>(seen.size()));
+  expect_consistent(*cache, {{seq, 3 * 2 * 16}, {more, 24}});
+}
+
 TEST(Pool, PagesNeededCountsFreeSlotsPerStream) {
   const CacheShape shape{.n_layers = 2, .n_heads = 2, .head_dim = 2, .page_slots = 4};
   auto cache = testing::make_cache(shape, 64);
