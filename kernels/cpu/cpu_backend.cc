@@ -329,10 +329,10 @@ void CpuBackend::gather_pages(int l, const Batch& b) {
 
 // Each thread knows the stream it reads next, so its decode kernel fetches that stream's first
 // pages while it ends its own.
-// TODO(issue 26): a decode step's call loses about 1.3 us a stream that fpa-attention-bench's loop
-// over the same streams does not (medians: batch 1 0.099 ms hot against 0.057, batch 8 0.82
-// against 0.50), hot pages or cold: 4-5% of a batch-1 step at 512 tokens, about 15% of a
-// batch-8 one. The page views' transfer from the core that wrote them is a part (decode_impl).
+// TODO(issue 26): cold, a batch-8 step's call is still 4-7% slower than over the same pages
+// copied together: each stream holds 2-3 runs of 16 pages in its layer's region of the pool
+// (cache/page_ledger.cc). Its earlier 1.3 us a stream against fpa-attention-bench timed half-cold
+// repeats: the two cores do not share their L3 (bench/RESULTS.md, 2026-12-06, third session).
 void CpuBackend::attend(int l, const Batch& b) {
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
   long work = 0;  // multiply-adds: queries x keys x head_dim
