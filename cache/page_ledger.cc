@@ -20,8 +20,7 @@ PageLedger::PageLedger(int64_t num_pages, int64_t bytes_per_key, int regions)
     : free_(static_cast<size_t>(std::max(regions, 1))),
       free_at_(static_cast<size_t>(num_pages), -1),
       pages_total_(num_pages),
-      region_pages_(
-          std::max<int64_t>(1, (num_pages + std::max(regions, 1) - 1) / std::max(regions, 1))),
+      region_pages_(std::max<int64_t>(1, (num_pages + std::ssize(free_) - 1) / std::ssize(free_))),
       bytes_per_key_(bytes_per_key) {
   // A fresh region hands out the first page of every run of kRun before any second page (0, 16,
   // 32, ..., then 1, 17, ...): a new stream starts a run, and take_page(near) lets the stream

@@ -41,6 +41,7 @@ class PageLedger {
   // `region`, else one of the region with the most free pages.
   std::optional<int32_t> take_page(const LedgerDelta& delta, int64_t* reservation = nullptr,
                                    int32_t near = -1, int region = 0);
+  // The region `page` lies in.
   int region_of(int32_t page) const { return static_cast<int>(page / region_pages_); }
   // Tops `*reservation` up to `pages` when enough unreserved pages are free; false (nothing
   // changed) otherwise.

@@ -178,7 +178,7 @@ TEST(Pool, EachLayerTakesPagesFromItsOwnRegion) {
   // Layer 0 outgrows its region (4 pages left): the rest come from the regions with the most free.
   const SeqId more = *cache->add_sequence(none);
   for (int32_t pos = 0; pos < 2 * 12; ++pos)
-    ASSERT_TRUE(insert_key(*cache, more, 0, 0, pos, 0).ok());
+    ASSERT_TRUE(insert_key(*cache, more, 0, 0, pos, 0.0f).ok());
   std::vector<int32_t> seen;
   for (SeqId s : {seq, more}) {
     for (int l = 0; l < 3; ++l) {
