@@ -51,10 +51,11 @@ class Int8Matrix {
 };
 
 // Token counts the hand-written kernel takes by default; oneDNN's brgemm takes more. Measured
-// (build/bench/fpa-linear-bench, int8 against int8-onednn, weights past the LLC, AMD EPYC,
-// 2026-12-06; bench/RESULTS.md): the kernel ahead by 5-21% from 12 to 48 tokens and 1-8% at 64
-// on the 1b shape's three matrix shapes, the two even at 128.
-inline constexpr int kInt8GemvTokens = 64;
+// (build/bench/fpa-linear-bench, int8 with this limit raised against int8-onednn, 5632 x 2048
+// weights past the LLC, AMD EPYC, 2026-12-06; bench/RESULTS.md), three runs: the kernel ahead
+// by 13-18% at 64 tokens and 1-9% at 96, -4 to +7% at 128, behind by 0-7% at 160-192 and 3-10%
+// at 256.
+inline constexpr int kInt8GemvTokens = 128;
 
 // y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token; up to
 // `gemv_tokens` tokens through the hand-written kernel. Requires cpu_has_vnni().

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/container/inlined_vector.h"
 #include "kernels/cpu/thread_pool.h"
@@ -49,13 +50,25 @@ void for_token_rows(ThreadPool* pool, int n, long work, const F& f) {
   });
 }
 
+// Calls f(i, next) for i in [0, n) as parallel_for calls f(i), next being the index the same
+// thread calls next (-1: none), so that it can fetch that one's data ahead of time.
+template <class F>
+void parallel_for_ahead(ThreadPool* pool, int n, long work, const F& f) {
+  if (pool == nullptr || pool->threads() <= 1 || work < kMinParallelWork) {
+    for (int i = 0; i < n; ++i) f(i, i + 1 < n ? i + 1 : -1);
+  } else {
+    pool->run_ahead(n, f);
+  }
+}
+
 // Calls f(b0, b1) for ranges of the blocks of 64 outputs of an `out_rows`-row product (the
 // packed layouts of bf16_linear and int8_linear), so that a fast thread can take over a slow one's
 // share: a few equal ranges per thread, or where `guided`, ranges that shrink as they go, each a
 // share of the blocks left (OpenMP's guided schedule), long streams first and the last ranges a
-// block or two, so the threads end close together. Guided suits a kernel that streams each block
-// on its own; one that fetches a range's next block while it works on this one (int8_linear's
-// passes over 5-8 tokens) loses a block's worth at every range's start.
+// block or two, so the threads end close together. An f of three arguments is called
+// f(b0, b1, next), next being the first block of the range its thread takes next (-1: none): a
+// kernel that fetches its next block while it works on this one (int8_linear's passes over 7 or
+// more tokens) then fetches across ranges too, where it lost a block's worth at each one's start.
 template <class F>
 void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f, bool guided = false) {
   const int blocks = (out_rows + 63) / 64;
@@ -68,18 +81,13 @@ void for_output_blocks(ThreadPool* pool, int out_rows, long work, const F& f, bo
     start.push_back(guided ? start.back() + std::max(1, (blocks - start.back()) / (2 * threads))
                            : blocks * i / parts);
   }
-  parallel_for(pool, static_cast<int>(start.size()) - 1, work,
-               [&](int i) { f(start[i], start[i + 1]); });
-}
-
-// Calls f(i, next) for i in [0, n) as parallel_for calls f(i), next being the index the same
-// thread calls next (-1: none), so that it can fetch that one's data ahead of time.
-template <class F>
-void parallel_for_ahead(ThreadPool* pool, int n, long work, const F& f) {
-  if (pool == nullptr || pool->threads() <= 1 || work < kMinParallelWork) {
-    for (int i = 0; i < n; ++i) f(i, i + 1 < n ? i + 1 : -1);
+  const int ranges = static_cast<int>(start.size()) - 1;
+  if constexpr (std::is_invocable_v<const F&, int, int, int>) {
+    parallel_for_ahead(pool, ranges, work, [&](int i, int next) {
+      f(start[i], start[i + 1], next < 0 ? -1 : start[next]);
+    });
   } else {
-    pool->run_ahead(n, f);
+    parallel_for(pool, ranges, work, [&](int i) { f(start[i], start[i + 1]); });
   }
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -168,6 +169,8 @@ void expect_int8_exact_on_grid(int in) {
   for (auto [n, gemv] : {std::pair{1, kInt8GemvTokens},
                          {5, kInt8GemvTokens},
                          {8, kInt8GemvTokens},
+                         {13, kInt8GemvTokens},
+                         {25, kInt8GemvTokens},
                          {33, kInt8GemvTokens},
                          {kInt8GemvTokens, kInt8GemvTokens},
                          {300, kInt8GemvTokens},
@@ -715,8 +718,36 @@ TEST(ThreadPool, OutputBlocksCoverEveryBlockOnce) {
   }
 }
 
-// Each index once, and each thread's `next` the index it then runs: the indices one thread ran,
-// in its order, are a chain of next links ending in -1.
+// Told the range its thread takes next (int8_linear fetches that range's first block ahead): one
+// thread's ranges, in its order, are a chain of next links ending in -1, and every block is in
+// one range, whether the loop runs on the pool or on the calling thread.
+TEST(ThreadPool, OutputBlocksTellEachThreadItsNextRange) {
+  for (const int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const int rows : {64, 1030, 5632}) {
+      for (const bool guided : {false, true}) {
+        std::mutex mu;
+        std::map<std::thread::id, std::vector<std::array<int, 3>>> calls;  // (b0, b1, next)
+        for_output_blocks(
+            &pool, rows, 1L << 20,
+            [&](int b0, int b1, int next) {
+              const std::lock_guard lock(mu);
+              calls[std::this_thread::get_id()].push_back({b0, b1, next});
+            },
+            guided);
+        std::vector<int> hits((rows + 63) / 64, 0);
+        for (const auto& [thread, seq] : calls) {
+          for (size_t k = 0; k < seq.size(); ++k) {
+            for (int b = seq[k][0]; b < seq[k][1]; ++b) ++hits[b];
+            EXPECT_EQ(seq[k][2], k + 1 < seq.size() ? seq[k + 1][0] : -1) << rows << " " << guided;
+          }
+        }
+        for (const int h : hits) EXPECT_EQ(h, 1) << rows << " " << guided;
+      }
+    }
+  }
+}
+
 // A batch's token rows go to both threads however few they are (a batch of 32 tokens' norms ran
 // on one thread), each row once.
 TEST(ThreadPool, TokenRowsCoverEveryRowOnceOnBothThreads) {
@@ -735,6 +766,8 @@ TEST(ThreadPool, TokenRowsCoverEveryRowOnceOnBothThreads) {
   }
 }
 
+// Each index once, and each thread's `next` the index it then runs: the indices one thread ran,
+// in its order, are a chain of next links ending in -1.
 TEST(ThreadPool, RunAheadTellsEachThreadItsNextIndex) {
   for (const int threads : {1, 2, 3}) {
     const ThreadPool pool(threads);
