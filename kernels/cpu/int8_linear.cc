@@ -197,6 +197,11 @@ struct JointBlocks {
   const int8_t* bits(const Int8Output& o, int b) const {
     return static_cast<const int8_t*>(o.w->packed().get_data_handle()) + b * o.w->block();
   }
+  // Joint block b's bits (nullptr for none).
+  const int8_t* bits(int b) const {
+    const auto [o, ob] = locate(b);
+    return o != nullptr ? bits(*o, ob) : nullptr;
+  }
 };
 
 // Tokens against joint blocks [b0, b1): each block streamed once from memory, every further pass
@@ -212,8 +217,7 @@ void gemv_blocks(const JointBlocks& j, int b0, int b1, int then) {
     const Int8Matrix& w = *o->w;
     const int n0 = ob * 64, count = std::min(64, w.rows() - n0);
     const int8_t* block = j.bits(*o, ob);
-    const auto [next_o, next_b] = j.locate(b + 1 < b1 ? b + 1 : then);
-    const int8_t* next = passes > 1 && next_o != nullptr ? j.bits(*next_o, next_b) : nullptr;
+    const int8_t* next = passes > 1 ? j.bits(b + 1 < b1 ? b + 1 : then) : nullptr;
     for (int k = 0; k < tiles; ++k) {
       const int t0 = k * x.tile, size = std::min(x.tile, x.n - t0);
       const uint32_t* words = x.words + static_cast<long>(t0) * x.quads;
