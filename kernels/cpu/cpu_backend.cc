@@ -75,6 +75,7 @@ class CpuBackend : public Backend {
   void gather_pages(int l, const Batch& b);
   void attend(int l, const Batch& b);
   void attend_stream(int l, const Batch& b, int s, std::span<const PageView> then);
+  void prefetch_rows(const Batch& b, int s) const;
   void norm_heads(float* x, int n, std::span<const float> weight, float eps);
   void gate_output(const LayerWeights& w, int n);
   absl::Status update_cache(int l, const Batch& b);
@@ -328,7 +329,12 @@ void CpuBackend::gather_pages(int l, const Batch& b) {
 }
 
 // Each thread knows the stream it reads next, so its decode kernel fetches that stream's first
-// pages while it ends its own.
+// pages, and the thread that stream's rows, while it ends its own (the rows: about 3% of a
+// batch-8 step's call, bench/RESULTS.md, fifth session).
+// TODO(issue 26): gather_pages takes 0.13 ms a layer of a batch-8 step on one thread (about 5%
+// of the step) while the other waits. Gathering each stream on the thread that attends it gained
+// nothing: every stream's page list is read under the cache's shared lock, one atomic line the
+// two cores then pass between their L3s. A layer's lists under one lock is the untried lead.
 // TODO(issue 26): cold, a batch-8 step's call is still 4-7% slower than over the same pages
 // copied together: each stream holds 2-3 runs of 16 pages in its layer's region of the pool
 // (cache/page_ledger.cc). Its earlier 1.3 us a stream against fpa-attention-bench timed half-cold
@@ -341,8 +347,21 @@ void CpuBackend::attend(int l, const Batch& b) {
     work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * c_.head_dim;
   }
   cpu::parallel_for_ahead(&pool_, static_cast<int>(pages_.size()), work, [&](int s, int next) {
+    if (next >= 0) prefetch_rows(b, next);
     attend_stream(l, b, s, next >= 0 ? pages_[next] : std::span<const PageView>());
   });
+}
+
+// The rows stream s reads first and writes: its (first) query, key and value, which the layer's
+// products wrote on either core, and its output row.
+void CpuBackend::prefetch_rows(const Batch& b, int s) const {
+  const long col = b.offset[s / c_.n_heads] * width() + (s % c_.n_heads) * c_.head_dim;
+  for (int d = 0; d < c_.head_dim; d += 16) {
+    __builtin_prefetch(q_.data() + col + d);
+    __builtin_prefetch(k_.data() + col + d);
+    __builtin_prefetch(v_.data() + col + d);
+    __builtin_prefetch(o_.data() + col + d, 1);
+  }
 }
 
 // Attention of stream s (item s / n_heads, head s % n_heads); `then`: the pages read next.
