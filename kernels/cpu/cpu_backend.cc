@@ -72,7 +72,8 @@ class CpuBackend : public Backend {
   void project(const LayerWeights& w, const Batch& b, int l);
   void shift(const Matrix& gate, float* y, const Batch& b, int l, int which);
   void walk_field(int l, const Batch& b);
-  void gather_pages(int l, const Batch& b);
+  void list_pages(int l, const Batch& b);
+  void view_pages(int s);
   void attend(int l, const Batch& b);
   void attend_stream(int l, const Batch& b, int s, std::span<const PageView> then);
   void prefetch_rows(const Batch& b, int s) const;
@@ -93,11 +94,13 @@ class CpuBackend : public Backend {
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_, alpha_;
-  std::vector<int> pos_;                      // row -> its token's position
-  std::vector<std::vector<PageView>> pages_;  // stream -> its cached pages
-  std::vector<float> thr_;                    // stream -> the threshold keys are excluded at
-  std::vector<cpu::Int8Output> int8_outs_;    // linear_each's products of one input
-  cpu::ShiftStates shift_;                    // k_shift / v_shift models
+  std::vector<int> pos_;                            // row -> its token's position
+  std::vector<std::span<const int32_t>> page_ids_;  // stream -> its cached pages (the cache's)
+  std::vector<std::vector<PageView>> pages_;        // stream -> their views (view_pages)
+  std::vector<char> viewed_;                        // stream -> pages_ is this layer's
+  std::vector<float> thr_;                          // stream -> the threshold keys are excluded at
+  std::vector<cpu::Int8Output> int8_outs_;          // linear_each's products of one input
+  cpu::ShiftStates shift_;                          // k_shift / v_shift models
   // With bf16 (int8) weights: each projection packed for oneDNN, by the model's matrix.
   absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
   absl::flat_hash_map<const Matrix*, cpu::Int8Matrix> int8_;
@@ -216,7 +219,6 @@ absl::Status CpuBackend::attention_block(int l, const Batch& b) {
   norm(h_.data(), b.tokens(), w.attn_norm, x_.data());
   project(w, b, l);
   walk_field(l, b);
-  gather_pages(l, b);
   attend(l, b);
   FPA_RETURN_IF_ERROR(update_cache(l, b));
   gate_output(w, b.tokens());
@@ -313,41 +315,57 @@ void CpuBackend::walk_field(int l, const Batch& b) {
   }
 }
 
-// Each stream's pages and the threshold its policy has the kernels exclude keys at.
-void CpuBackend::gather_pages(int l, const Batch& b) {
-  pages_.resize(b.items.size() * c_.n_heads);
-  thr_.resize(pages_.size());
+// Each stream's page list and the threshold its policy has the kernels exclude keys at: the
+// cache's look-ups, on one thread (each takes the cache's shared lock, one line that both cores
+// would pass between their L3s at every call).
+void CpuBackend::list_pages(int l, const Batch& b) {
+  page_ids_.resize(b.items.size() * c_.n_heads);
+  thr_.resize(page_ids_.size());
   const std::vector<float>& beta = model_.layers()[l].beta;
   for (size_t i = 0; i < b.items.size(); ++i) {
     for (int h = 0; h < c_.n_heads; ++h) {
       thr_[stream(i, h)] = cache_.threshold(b.items[i].seq, beta[h]);
-      std::vector<PageView>& views = pages_[stream(i, h)];
-      views.clear();
-      for (int32_t id : cache_.pages(b.items[i].seq, l, h)) views.push_back(cache_.page(id));
+      page_ids_[stream(i, h)] = cache_.pages(b.items[i].seq, l, h);
     }
   }
 }
 
-// Each thread knows the stream it reads next, so its decode kernel fetches that stream's first
-// pages, and the thread that stream's rows, while it ends its own (the rows: about 3% of a
-// batch-8 step's call, bench/RESULTS.md, fifth session).
-// TODO(issue 26): gather_pages takes 0.13 ms a layer of a batch-8 step on one thread (about 5%
-// of the step) while the other waits. Gathering each stream on the thread that attends it gained
-// nothing: every stream's page list is read under the cache's shared lock, one atomic line the
-// two cores then pass between their L3s. A layer's lists under one lock is the untried lead.
+// Stream s's page views: built by the thread that attends the stream, so they are in its cache.
+// Built for all streams on one thread before, with the look-ups, they took 0.13 ms a layer of a
+// batch-8 step (about 5% of it) with the other thread waiting (bench/RESULTS.md, fifth session).
+void CpuBackend::view_pages(int s) {
+  std::vector<PageView>& views = pages_[s];
+  views.clear();
+  for (int32_t id : page_ids_[s]) views.push_back(cache_.page(id));
+}
+
+// Each thread views the pages of the stream it reads next and asks for that stream's rows while
+// it attends its current one, so its decode kernel fetches the next stream's first pages while
+// it ends its own (the rows: about 3% of a batch-8 step's call, bench/RESULTS.md, fifth session).
+// A stream is viewed by the thread that attends it (the one that took it as its next, or its
+// first), so each flag of viewed_ is read and written by one thread.
 // TODO(issue 26): cold, a batch-8 step's call is still 4-7% slower than over the same pages
 // copied together: each stream holds 2-3 runs of 16 pages in its layer's region of the pool
 // (cache/page_ledger.cc). Its earlier 1.3 us a stream against fpa-attention-bench timed half-cold
 // repeats: the two cores do not share their L3 (bench/RESULTS.md, 2026-12-06, third session).
 void CpuBackend::attend(int l, const Batch& b) {
+  list_pages(l, b);
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
+  const int streams = static_cast<int>(page_ids_.size());
+  pages_.resize(streams);
+  viewed_.assign(streams, 0);
   long work = 0;  // multiply-adds: queries x keys x head_dim
-  for (size_t s = 0; s < pages_.size(); ++s) {
+  for (int s = 0; s < streams; ++s) {
     const long len = b.len(s / nh);
-    work += (static_cast<long>(pages_[s].size()) * page_slots + len) * len * c_.head_dim;
+    work += (static_cast<long>(page_ids_[s].size()) * page_slots + len) * len * c_.head_dim;
   }
-  cpu::parallel_for_ahead(&pool_, static_cast<int>(pages_.size()), work, [&](int s, int next) {
-    if (next >= 0) prefetch_rows(b, next);
+  cpu::parallel_for_ahead(&pool_, streams, work, [&](int s, int next) {
+    if (!viewed_[s]) view_pages(s);
+    if (next >= 0) {
+      view_pages(next);
+      viewed_[next] = 1;
+      prefetch_rows(b, next);
+    }
     attend_stream(l, b, s, next >= 0 ? pages_[next] : std::span<const PageView>());
   });
 }
