@@ -83,15 +83,6 @@ struct PageView {
   uint16_t* v16 = nullptr;
 };
 
-// The view of the page n pages after v's, in a pool whose pages lie `stride` bytes apart
-// (KvView::page_stride): each array moves n * stride bytes; a null one (no host storage) stays.
-inline PageView page_after(const PageView& v, int64_t n, int64_t stride) {
-  const auto on = [&]<typename T>(T* p) {
-    return p == nullptr ? p : reinterpret_cast<T*>(reinterpret_cast<char*>(p) + n * stride);
-  };
-  return {on(v.k), on(v.v), on(v.lvl), on(v.m), on(v.acc), on(v.pos), on(v.k16), on(v.v16)};
-}
-
 struct SlotRef {
   int32_t page = -1;
   int32_t slot = -1;

@@ -30,9 +30,6 @@ class KvView {
   // The stream's pages, for a kernel to walk (slots with pos == -1 are free).
   virtual std::span<const int32_t> pages(SeqId seq, int layer, int head) const = 0;
   virtual PageView page(int32_t page_id) = 0;  // k, v: host storage only (see KvCache::create)
-  // Bytes from a page's arrays to the next page's: page p + n's view is page_after(page(p), n,
-  // page_stride()), so a kernel walks a run of consecutive pages from its first page's view.
-  virtual int64_t page_stride() const = 0;
 };
 
 }  // namespace fpa::cache

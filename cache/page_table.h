@@ -46,7 +46,6 @@ class PageTable {
 
   // k and v are null without host storage; lvl, m, acc and pos are always on the host.
   PageView view(int32_t page) const;
-  int64_t stride() const { return static_cast<int64_t>(stride_); }  // bytes from page to page
   float lvl(int32_t gslot) const { return view(gslot / slots_).lvl[gslot % slots_]; }
   float m(int32_t gslot) const { return view(gslot / slots_).m[gslot % slots_]; }
   float acc(int32_t gslot) const { return view(gslot / slots_).acc[gslot % slots_]; }

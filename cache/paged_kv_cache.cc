@@ -322,8 +322,6 @@ class PagedKvCache final : public KvCache {
     return table_->view(page_id);
   }
 
-  int64_t page_stride() const override { return table_->stride(); }
-
   int compact(SeqRef ref, int layer, int head,
               const std::function<void(SlotRef from, SlotRef to)>& on_move) override {
     auto [seq, stream] = locate(ref, layer, head);

@@ -293,22 +293,13 @@ constexpr size_t kPagesAhead = 2;
 
 // Page `at` of the stream's pages followed by those of the stream read next (or by its own last
 // page again where none is known): a stream's first pages came from DRAM unasked for, at every
-// stream's start. Pages: a span of views or a PageRun.
-template <typename Pages>
-cache::PageView page_ahead(const Pages& pages, const Pages& then, size_t at) {
+// stream's start.
+const cache::PageView& page_ahead(std::span<const cache::PageView> pages,
+                                  std::span<const cache::PageView> then, size_t at) {
   if (at < pages.size()) return pages[at];
   if (at - pages.size() < then.size()) return then[at - pages.size()];
-  return pages[pages.size() - 1];
+  return pages.back();
 }
-
-// The stream read next: its page views (a line each), which the backend wrote on the other core
-// just before, so each was a transfer from that core's cache at a page's start, one after
-// another; asked for now, they arrive during this stream. A batch-8 step's call went from a
-// median 0.96 to 0.92 ms (bench/RESULTS.md). A run's views are computed, not read.
-void prefetch_views(std::span<const cache::PageView> then) {
-  for (const cache::PageView& pv : then) __builtin_prefetch(&pv);
-}
-void prefetch_views(const PageRun&) {}
 
 template <typename K>
 [[gnu::always_inline]] inline void prefetch_slot(const cache::PageView& pv, int slot, int dim) {
@@ -322,29 +313,50 @@ template <typename K>
   }
 }
 
-// One query's online softmax over cached keys: the running maximum, the denominator per lane
-// (summed at the end: a double added per block was spilled to the stack, a store-to-load chain
-// through every block) and the weighted value row in the query's registers.
-template <int D, typename K>
-struct Online {
-  QueryRow<D, K> query;
-  float mx = -kInf;
-  Lanes z{};
-};
+// The cached keys' probabilities from their scores s (the softmax's maximum mx and 1 / its
+// denominator inv) into their acc, added or stored as the keys' mass rule says.
+void record_decode_mass(const CachedKeys& keys, const float* s, float mx, float inv) {
+  const int ps = keys.page_slots;
+  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
+    for (int j = 0; j < ps; ++j) {
+      if (pv.pos[j] < 0) continue;
+      pv.acc[j] = (add ? pv.acc[j] : 0.0f) + exp_nonpositive(s[p * ps + j] - mx) * inv;
+    }
+  }
+}
 
-// The keys' pages into st, one pass, 16 slots at a time (the row is rescaled when the maximum
-// grows), so a key's k and v are read once, together; an excluded key's value is not read at
-// all. Updates each key's m = min(m, phi); with s, stores each slot's penalised score there
-// (-inf: free or excluded). `then`: the pages read next (see decode_attention).
-template <int D, typename K, typename Pages>
-void attend_pages(Online<D, K>& st, float phi, Penalty pen, int dim, const Pages& pages, int ps,
-                  float* s, const Pages& then) {
+// A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
+// the query and output row stay in registers across keys; D = 0 takes any size. One pass over
+// the keys, 16 slots at a time (online softmax: the row is rescaled when the maximum grows), so
+// a key's k and v are read once, together; an excluded key's value is not read at all.
+template <int D, typename K>
+float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                  const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
+  const int dim = D > 0 ? D : head_dim;
+  const int ps = keys.page_slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  prefetch_views(then);
-  for (size_t p = 0; p < pages.size(); ++p) {
-    const cache::PageView pv = pages[p];
+  // Scores are kept only for the attention mass, which needs the final maximum.
+  const bool record = keys.mass.counts(0);
+  float* s = record ? scratch(keys.pages.size() * ps) : nullptr;
+  QueryRow<D, K> query(q, dim);
+  const float own_score = query.own_dot(own.k) * scale;
+  float mx = own_score;
+  query.own_add(own.v);
+  // The softmax's denominator per lane (the own key's 1 in lane 0), summed at the end: a double
+  // added per block was spilled to the stack, a store-to-load chain through every block.
+  Lanes z{};
+  z[0] = 1.0f;
+  // The stream read next: its page views (a line each), which the backend wrote on the other
+  // core just before, so each was a transfer from that core's cache at a page's start, one
+  // after another; asked for now, they arrive during this stream. A batch-8 step's call went
+  // from a median 0.96 to 0.92 ms (bench/RESULTS.md).
+  for (const cache::PageView& pv : then) __builtin_prefetch(&pv);
+  for (size_t p = 0; p < keys.pages.size(); ++p) {
+    const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
-    const cache::PageView ahead = page_ahead(pages, then, p + kPagesAhead);
+    const cache::PageView& ahead = page_ahead(keys.pages, then, p + kPagesAhead);
     prefetch_field(ahead);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
@@ -356,7 +368,7 @@ void attend_pages(Online<D, K>& st, float phi, Penalty pen, int dim, const Pages
       const Lanes m = dips ? Lanes{} + phi : m_old;
       // Written only where it changed: an unchanged page's field stays clean, not written back.
       if (any(dips)) std::memcpy(pv.m + j0, &m, w * sizeof(float));
-      const Lanes dots = st.query.dot16(k_rows + static_cast<long>(j0) * dim, w);
+      const Lanes dots = query.dot16(k_rows + static_cast<long>(j0) * dim, w);
       // The page ahead's rows, a key's beside each value row read: in the unrolled dot16 GCC
       // gathered the block's 64 prefetches ahead of its loads (a burst the miss buffers drop),
       // and from DRAM the kernel read 46 GB/s where it reads 53 with them here.
@@ -370,72 +382,24 @@ void attend_pages(Online<D, K>& st, float phi, Penalty pen, int dim, const Pages
         for (int j = 0; j < w; ++j) fetch(j);
         continue;
       }
-      if (block_max > st.mx) {
-        const float shrink = exp_nonpositive(st.mx - block_max);
-        st.query.rescale(shrink);
-        st.z *= shrink;
-        st.mx = block_max;
+      if (block_max > mx) {
+        const float shrink = exp_nonpositive(mx - block_max);
+        query.rescale(shrink);
+        z *= shrink;
+        mx = block_max;
       }
       alignas(64) float e[16];
-      const Lanes el = exp_lanes(load(sc) - st.mx);
+      const Lanes el = exp_lanes(load(sc) - mx);
       std::memcpy(e, &el, sizeof e);
-      st.z += el;
-      st.query.add16(e, w, v_rows + static_cast<long>(j0) * dim, fetch);
+      z += el;
+      query.add16(e, w, v_rows + static_cast<long>(j0) * dim, fetch);
     }
   }
-}
-
-// A template on the head dimension D: with D known (16 ... 128) the loops over it unroll and
-// the query and output row stay in registers across keys; D = 0 takes any size. The own key
-// starts the softmax (lane 0 of the denominator), the cached keys follow.
-template <int D, typename K>
-float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
-                  const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
-  const int dim = D > 0 ? D : head_dim;
-  // Scores are kept only for the attention mass, which needs the final maximum.
-  const bool record = keys.mass.counts(0);
-  float* s = record ? scratch(keys.pages.size() * keys.page_slots) : nullptr;
-  Online<D, K> st{QueryRow<D, K>(q, dim)};
-  const float own_score = st.query.own_dot(own.k) * (1.0f / std::sqrt(static_cast<float>(dim)));
-  st.mx = own_score;
-  st.query.own_add(own.v);
-  st.z[0] = 1.0f;
-  attend_pages(st, phi, pen, dim, keys.pages, keys.page_slots, s, then);
-  const float inv = 1.0f / hsum(st.z);
-  st.query.store(out, inv);
+  const float inv = 1.0f / hsum(z);
+  query.store(out, inv);
   if (!record) return 0.0f;
-  decode_record(keys, s, st.mx, inv);
-  return exp_nonpositive(own_score - st.mx) * inv;
-}
-
-template <int D, typename K>
-DecodePart segment_impl(const float* q, float phi, Penalty pen, int head_dim, const PageRun& keys,
-                        int page_slots, float* row, float* scores, const PageRun& then) {
-  Online<D, K> st{QueryRow<D, K>(q, D > 0 ? D : head_dim)};
-  attend_pages(st, phi, pen, D > 0 ? D : head_dim, keys, page_slots, scores, then);
-  st.query.store(row, 1.0f);
-  return {st.mx, hsum(st.z)};
-}
-
-// f(integral_constant<int, D>, K{}) for the head dimension's template (0: any) and the pages'
-// storage type.
-template <typename F>
-auto with_kernel(int head_dim, bool bf16, const F& f) {
-  const auto typed = [&](auto k) {
-    switch (head_dim) {
-      case 16:
-        return f(std::integral_constant<int, 16>{}, k);
-      case 32:
-        return f(std::integral_constant<int, 32>{}, k);
-      case 64:
-        return f(std::integral_constant<int, 64>{}, k);
-      case 128:
-        return f(std::integral_constant<int, 128>{}, k);
-      default:
-        return f(std::integral_constant<int, 0>{}, k);
-    }
-  };
-  return bf16 ? typed(uint16_t{}) : typed(float{});
+  record_decode_mass(keys, s, mx, inv);
+  return exp_nonpositive(own_score - mx) * inv;
 }
 
 // The pages' keys and values as float32 rows for the matrix products: float32 pages as they are,
@@ -516,53 +480,28 @@ void record_mass(const float* s, int t0, int rows, size_t ld, const CachedKeys& 
 
 }  // namespace
 
-void decode_record(const CachedKeys& keys, const float* s, float mx, float inv) {
-  const int ps = keys.page_slots;
-  const bool add = keys.mass.mode == cache::MassRule::Mode::kAdd;
-  for (size_t p = 0; p < keys.pages.size(); ++p) {
-    const cache::PageView& pv = keys.pages[p];
-    for (int j = 0; j < ps; ++j) {
-      if (pv.pos[j] < 0) continue;
-      pv.acc[j] = (add ? pv.acc[j] : 0.0f) + exp_nonpositive(s[p * ps + j] - mx) * inv;
-    }
+template <typename K>
+float decode_typed(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
+                   const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
+  switch (head_dim) {
+    case 16:
+      return decode_impl<16, K>(q, phi, own, pen, head_dim, keys, out, then);
+    case 32:
+      return decode_impl<32, K>(q, phi, own, pen, head_dim, keys, out, then);
+    case 64:
+      return decode_impl<64, K>(q, phi, own, pen, head_dim, keys, out, then);
+    case 128:
+      return decode_impl<128, K>(q, phi, own, pen, head_dim, keys, out, then);
+    default:
+      return decode_impl<0, K>(q, phi, own, pen, head_dim, keys, out, then);
   }
 }
 
 float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int head_dim,
                        const CachedKeys& keys, float* out, std::span<const cache::PageView> then) {
   const bool bf16 = !keys.pages.empty() && keys.pages[0].k16 != nullptr;
-  return with_kernel(head_dim, bf16, [&](auto d, auto k) {
-    return decode_impl<decltype(d)::value, decltype(k)>(q, phi, own, pen, head_dim, keys, out,
-                                                        then);
-  });
-}
-
-DecodePart decode_segment(const float* q, float phi, Penalty pen, int head_dim, const PageRun& keys,
-                          int page_slots, float* row, float* scores, const PageRun& then) {
-  return with_kernel(head_dim, keys.first.k16 != nullptr, [&](auto d, auto k) {
-    return segment_impl<decltype(d)::value, decltype(k)>(q, phi, pen, head_dim, keys, page_slots,
-                                                         row, scores, then);
-  });
-}
-
-DecodeTotal decode_merge(const float* q, OwnKey own, int head_dim,
-                         std::span<const DecodePart> parts, const float* rows, float* out) {
-  const float own_score =
-      dot(q, own.k, head_dim) * (1.0f / std::sqrt(static_cast<float>(head_dim)));
-  float mx = own_score;
-  for (const DecodePart& part : parts) mx = std::max(mx, part.max);
-  const float own_weight = exp_nonpositive(own_score - mx);
-  float sum = own_weight;
-  for (int d = 0; d < head_dim; ++d) out[d] = own_weight * own.v[d];
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (!(parts[i].sum > 0.0f)) continue;  // every key excluded: its max is -inf
-    const float w = exp_nonpositive(parts[i].max - mx);
-    sum += w * parts[i].sum;
-    axpy(w, rows + i * head_dim, out, head_dim);
-  }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
-  return {mx, inv, own_weight * inv};
+  return bf16 ? decode_typed<uint16_t>(q, phi, own, pen, head_dim, keys, out, then)
+              : decode_typed<float>(q, phi, own, pen, head_dim, keys, out, then);
 }
 
 // Blocks of query rows: scores and the weighted values are matrix products (per page of cached

@@ -54,50 +54,6 @@ float decode_attention(const float* q, float phi, OwnKey own, Penalty pen, int h
                        const CachedKeys& keys, float* out,
                        std::span<const cache::PageView> then = {});
 
-// A decode query's attention split by its keys (decode_segment over each run of a stream's pages,
-// so that threads can read the pool in the order its pages lie; see decode_sweep.h), then merged
-// with its own key (decode_merge): decode_attention's result but for the order of the sums.
-struct DecodePart {
-  float max = -std::numeric_limits<float>::infinity();  // the part's largest score
-  float sum = 0.0f;                                     // its denominator at `max`
-};
-
-// Consecutive pages of the pool (a run of a stream's pages): page i's view is first's moved i
-// pages on (cache::page_after).
-struct PageRun {
-  cache::PageView first{};
-  int count = 0;
-  int64_t stride = 0;  // KvView::page_stride
-  size_t size() const { return static_cast<size_t>(count); }
-  cache::PageView operator[](size_t i) const {
-    return cache::page_after(first, static_cast<int64_t>(i), stride);
-  }
-};
-
-// The query over a run of a stream's pages as decode_attention reads them, m updated alike:
-// writes the part's weighted value sum at its maximum, not divided, to row[head_dim], and with
-// `scores`, each slot's penalised score (-inf: free or excluded) for decode_record. `then`: the
-// run the calling thread reads next (see decode_attention).
-DecodePart decode_segment(const float* q, float phi, Penalty pen, int head_dim, const PageRun& keys,
-                          int page_slots, float* row, float* scores, const PageRun& then = {});
-
-// The softmax's maximum and 1 / its denominator over all of a query's keys, and the own key's
-// probability.
-struct DecodeTotal {
-  float max = 0.0f;
-  float inv = 0.0f;
-  float own = 0.0f;
-};
-
-// out[head_dim] from a query's own key and its parts (rows: parts.size() x head_dim).
-DecodeTotal decode_merge(const float* q, OwnKey own, int head_dim,
-                         std::span<const DecodePart> parts, const float* rows, float* out);
-
-// Records the probabilities of scores (page_slots a page of keys.pages, as decode_segment wrote
-// them) at the softmax's maximum mx and 1 / denominator inv in the keys' acc, added or stored as
-// keys.mass says.
-void decode_record(const CachedKeys& keys, const float* scores, float mx, float inv);
-
 // A prompt chunk of one head: n queries and keys at consecutive positions. q/k/v/out rows
 // have stride `stride`; phi and lvl are the chunk's field and levels [n].
 struct Chunk {

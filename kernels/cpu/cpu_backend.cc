@@ -13,7 +13,6 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bf16_linear.h"
-#include "kernels/cpu/decode_sweep.h"
 #include "kernels/cpu/field.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/ops.h"
@@ -74,9 +73,10 @@ class CpuBackend : public Backend {
   void shift(const Matrix& gate, float* y, const Batch& b, int l, int which);
   void walk_field(int l, const Batch& b);
   void list_pages(int l, const Batch& b);
+  void view_pages(int s);
   void attend(int l, const Batch& b);
-  cpu::DecodeStream decode_stream(int l, const Batch& b, int s);
-  void prefill_stream(int l, const Batch& b, int s);
+  void attend_stream(int l, const Batch& b, int s, std::span<const PageView> then);
+  void prefetch_rows(const Batch& b, int s) const;
   void norm_heads(float* x, int n, std::span<const float> weight, float eps);
   void gate_output(const LayerWeights& w, int n);
   absl::Status update_cache(int l, const Batch& b);
@@ -96,13 +96,11 @@ class CpuBackend : public Backend {
   std::vector<float> h_, x_, q_, k_, v_, o_, d_, u_, phi_, lvl_, gate_, up_, acc_, alpha_;
   std::vector<int> pos_;                            // row -> its token's position
   std::vector<std::span<const int32_t>> page_ids_;  // stream -> its cached pages (the cache's)
-  std::vector<std::vector<PageView>> pages_;        // prefill stream -> their views
+  std::vector<std::vector<PageView>> pages_;        // stream -> their views (view_pages)
+  std::vector<char> viewed_;                        // stream -> pages_ is this layer's
   std::vector<float> thr_;                          // stream -> the threshold keys are excluded at
-  std::vector<cpu::DecodeStream> decodes_;          // the streams of items of one token
-  std::vector<int> prefills_;                       // the others
-  cpu::DecodeSweep sweep_;
-  std::vector<cpu::Int8Output> int8_outs_;  // linear_each's products of one input
-  cpu::ShiftStates shift_;                  // k_shift / v_shift models
+  std::vector<cpu::Int8Output> int8_outs_;          // linear_each's products of one input
+  cpu::ShiftStates shift_;                          // k_shift / v_shift models
   // With bf16 (int8) weights: each projection packed for oneDNN, by the model's matrix.
   absl::flat_hash_map<const Matrix*, cpu::Bf16Matrix> bf16_;
   absl::flat_hash_map<const Matrix*, cpu::Int8Matrix> int8_;
@@ -332,60 +330,74 @@ void CpuBackend::list_pages(int l, const Batch& b) {
   }
 }
 
-// Decode streams are read in the pool's order (cpu::DecodeSweep), prefill chunks one stream at a
-// time.
+// Stream s's page views: built by the thread that attends the stream, so they are in its cache.
+// Built for all streams on one thread before, with the look-ups, they took 0.13 ms a layer of a
+// batch-8 step (about 5% of it) with the other thread waiting (bench/RESULTS.md, fifth session).
+void CpuBackend::view_pages(int s) {
+  std::vector<PageView>& views = pages_[s];
+  views.clear();
+  for (int32_t id : page_ids_[s]) views.push_back(cache_.page(id));
+}
+
+// Each thread views the pages of the stream it reads next and asks for that stream's rows while
+// it attends its current one, so its decode kernel fetches the next stream's first pages while
+// it ends its own (the rows: about 3% of a batch-8 step's call, bench/RESULTS.md, fifth session).
+// A stream is viewed by the thread that attends it (the one that took it as its next, or its
+// first), so each flag of viewed_ is read and written by one thread.
+// TODO(issue 26): cold, a batch-8 step's call is still 4-7% slower than over the same pages
+// copied together: each stream holds 2-3 runs of 16 pages in its layer's region of the pool
+// (cache/page_ledger.cc). Its earlier 1.3 us a stream against fpa-attention-bench timed half-cold
+// repeats: the two cores do not share their L3 (bench/RESULTS.md, 2026-12-06, third session).
 void CpuBackend::attend(int l, const Batch& b) {
   list_pages(l, b);
-  decodes_.clear();
-  prefills_.clear();
-  for (int s = 0; s < static_cast<int>(page_ids_.size()); ++s) {
-    if (b.len(s / c_.n_heads) == 1) {
-      decodes_.push_back(decode_stream(l, b, s));
-    } else {
-      prefills_.push_back(s);
-    }
-  }
-  if (!decodes_.empty()) sweep_.run(&pool_, cache_, c_.head_dim, decodes_);
-  if (prefills_.empty()) return;
-  pages_.resize(page_ids_.size());
+  const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
+  const int streams = static_cast<int>(page_ids_.size());
+  pages_.resize(streams);
+  viewed_.assign(streams, 0);
   long work = 0;  // multiply-adds: queries x keys x head_dim
-  for (int s : prefills_) {
-    const long len = b.len(s / c_.n_heads);
-    work += (std::ssize(page_ids_[s]) * cache_.shape().page_slots + len) * len * c_.head_dim;
+  for (int s = 0; s < streams; ++s) {
+    const long len = b.len(s / nh);
+    work += (static_cast<long>(page_ids_[s].size()) * page_slots + len) * len * c_.head_dim;
   }
-  cpu::parallel_for(&pool_, static_cast<int>(prefills_.size()), work,
-                    [&](int i) { prefill_stream(l, b, prefills_[i]); });
+  cpu::parallel_for_ahead(&pool_, streams, work, [&](int s, int next) {
+    if (!viewed_[s]) view_pages(s);
+    if (next >= 0) {
+      view_pages(next);
+      viewed_[next] = 1;
+      prefetch_rows(b, next);
+    }
+    attend_stream(l, b, s, next >= 0 ? pages_[next] : std::span<const PageView>());
+  });
 }
 
-// Stream s (item s / n_heads, head s % n_heads) of an item of one token.
-cpu::DecodeStream CpuBackend::decode_stream(int l, const Batch& b, int s) {
-  const int n = b.tokens(), h = s % c_.n_heads;
-  const size_t i = s / c_.n_heads;
-  const long off = b.offset[i];
-  const long col = off * width() + h * c_.head_dim;
-  const auto [first, end] = b.mass[i].rows(b.items[i].start_pos, 1);
-  return {page_ids_[s],
-          q_.data() + col,
-          {k_.data() + col, v_.data() + col},
-          phi_[h * n + off],
-          {model_.layers()[l].beta[h], thr_[s]},
-          {b.mass[i].mode, first, end},
-          o_.data() + col,
-          acc_.data() + h * n + off};
+// The rows stream s reads first and writes: its (first) query, key and value, which the layer's
+// products wrote on either core, and its output row.
+void CpuBackend::prefetch_rows(const Batch& b, int s) const {
+  const long col = b.offset[s / c_.n_heads] * width() + (s % c_.n_heads) * c_.head_dim;
+  for (int d = 0; d < c_.head_dim; d += 16) {
+    __builtin_prefetch(q_.data() + col + d);
+    __builtin_prefetch(k_.data() + col + d);
+    __builtin_prefetch(v_.data() + col + d);
+    __builtin_prefetch(o_.data() + col + d, 1);
+  }
 }
 
-// Stream s of a prompt chunk: its page views built by the thread that attends it.
-void CpuBackend::prefill_stream(int l, const Batch& b, int s) {
+// Attention of stream s (item s / n_heads, head s % n_heads); `then`: the pages read next.
+void CpuBackend::attend_stream(int l, const Batch& b, int s, std::span<const PageView> then) {
   const int n = b.tokens(), hd = c_.head_dim, nh = c_.n_heads;
   const size_t i = s / nh;
   const int h = s % nh;
-  pages_[s].clear();
-  for (int32_t id : page_ids_[s]) pages_[s].push_back(cache_.page(id));
   const cpu::Penalty pen{model_.layers()[l].beta[h], thr_[s]};
   const long off = b.offset[i];
   const long col = off * width() + h * hd;
   const auto [first, end] = b.mass[i].rows(b.items[i].start_pos, b.len(i));
   const cpu::CachedKeys keys{pages_[s], cache_.shape().page_slots, {b.mass[i].mode, first, end}};
+  if (b.len(i) == 1) {
+    const cpu::OwnKey own{k_.data() + col, v_.data() + col};
+    acc_[h * n + off] = cpu::decode_attention(q_.data() + col, phi_[h * n + off], own, pen, hd,
+                                              keys, o_.data() + col, then);
+    return;
+  }
   const cpu::Chunk chunk{q_.data() + col, k_.data() + col,           v_.data() + col,
                          width(),         phi_.data() + h * n + off, lvl_.data() + h * n + off,
                          b.len(i)};
