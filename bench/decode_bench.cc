@@ -133,10 +133,11 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
     total += secs;
   }
   const double cpu_secs = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
-  double live = 0, full = 0;
+  double live = 0, full = 0, slots = 0;
   for (cache::SeqId s : seqs) {
     live += (*cache)->sequence_stats(s).live_keys;
     full += (*cache)->sequence_stats(s).full_keys;
+    slots += (*cache)->sequence_stats(s).pages * (*cache)->shape().page_slots;
   }
   return {{"impl", "cpp"},
           {"batch", cfg.batch},
@@ -151,6 +152,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
           {"tokens_per_s", cfg.batch / best},
           {"tokens_per_s_mean", cfg.batch * steps / total},
           {"live_fraction", live / full},
+          {"page_fill", live / slots},
           {"prefill_tokens_per_s", cfg.batch * cfg.context / prefill_secs}};
 }
 

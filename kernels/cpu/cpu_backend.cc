@@ -344,10 +344,11 @@ void CpuBackend::view_pages(int s) {
 // it ends its own (the rows: about 3% of a batch-8 step's call, bench/RESULTS.md, fifth session).
 // A stream is viewed by the thread that attends it (the one that took it as its next, or its
 // first), so each flag of viewed_ is read and written by one thread.
-// TODO(issue 26): cold, a batch-8 step's call is still 4-7% slower than over the same pages
-// copied together: each stream holds 2-3 runs of 16 pages in its layer's region of the pool
-// (cache/page_ledger.cc). Its earlier 1.3 us a stream against fpa-attention-bench timed half-cold
-// repeats: the two cores do not share their L3 (bench/RESULTS.md, 2026-12-06, third session).
+// TODO(issue 26): cold, the kernel pays at each jump between a stream's runs of pages (2-3 runs a
+// stream, no stream's run after another's): read in the pool's order a batch-8 call took 0.85-0.95
+// of the time, but that sweep cut streams where their pages jump, so outputs depended on where
+// the pages lay (bench/RESULTS.md, 2026-12-06, sixth session); cut at fixed places of each page
+// list instead, each span read whole.
 void CpuBackend::attend(int l, const Batch& b) {
   list_pages(l, b);
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
