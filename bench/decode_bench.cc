@@ -135,9 +135,10 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
   const double cpu_secs = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
   double live = 0, full = 0, slots = 0;
   for (cache::SeqId s : seqs) {
-    live += (*cache)->sequence_stats(s).live_keys;
-    full += (*cache)->sequence_stats(s).full_keys;
-    slots += (*cache)->sequence_stats(s).pages * (*cache)->shape().page_slots;
+    const cache::SequenceStats stats = (*cache)->sequence_stats(s);
+    live += stats.live_keys;
+    full += stats.full_keys;
+    slots += stats.pages * (*cache)->shape().page_slots;
   }
   return {{"impl", "cpp"},
           {"batch", cfg.batch},
