@@ -16,6 +16,7 @@
 #include "bench/decode_tokens.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_kernels.h"
 #include "kernels/cpu/formats.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/model_runner.h"
@@ -161,6 +162,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
 }  // namespace fpa::bench
 
 int main(int argc, char** argv) {
+  fpa::cpu::restart_for_blas_kernels(argv);
   absl::ParseCommandLine(argc, argv);
   auto loaded = fpa::load_for_cpu(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_cpu_weights),
                                   absl::GetFlag(FLAGS_kv_dtype));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,7 +32,9 @@ ABSL_FLAG(int, cols, 2048, "input columns of the matrix");
 ABSL_FLAG(std::vector<std::string>, tokens,
           std::vector<std::string>({"1", "2", "4", "8", "16", "32", "512"}), "token counts");
 ABSL_FLAG(std::vector<std::string>, formats,
-          std::vector<std::string>({"f32", "bf16", "int8", "int8-onednn"}), "weight formats");
+          std::vector<std::string>({"f32", "bf16", "int8", "int8-vnni", "int8-onednn"}),
+          "weight formats (int8: the backend's choice; int8-vnni: no AMX tiles; int8-onednn: "
+          "oneDNN's matmul at every token count)");
 ABSL_FLAG(int, matrices, 32, "copies read in turn (each format's bytes: copies x its size)");
 ABSL_FLAG(int, threads, 2, "threads, as the backend's pool");
 ABSL_FLAG(double, seconds, 0.5, "time per measurement (the fastest pass is kept)");
@@ -69,9 +72,11 @@ Product make(const std::string& name, const std::vector<float>& w, int rows, int
   }
   for (int c = 0; c < copies; ++c) f.int8.push_back(std::make_unique<cpu::Int8Matrix>(m));
   f.bytes_per_weight = 1;
-  const int gemv = name == "int8" ? cpu::kInt8GemvTokens : 0;
-  return [&f, pool, gemv](const float* x, int n, int c, float* y) {
-    cpu::linear_int8(x, n, *f.int8[c], y, pool, false, gemv);
+  cpu::Int8Route route;
+  if (name == "int8-onednn") route.gemv_tokens = 0;
+  if (name == "int8-vnni") route.amx_tokens = std::numeric_limits<int>::max();
+  return [&f, pool, route](const float* x, int n, int c, float* y) {
+    cpu::linear_int8(x, n, *f.int8[c], y, pool, false, route);
   };
 }
 

@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_kernels.h"
 #include "kernels/cpu/formats.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/model_runner.h"
@@ -130,6 +131,7 @@ int run() {
 }  // namespace fpa::bench
 
 int main(int argc, char** argv) {
+  fpa::cpu::restart_for_blas_kernels(argv);
   absl::ParseCommandLine(argc, argv);
   return fpa::bench::run();
 }

@@ -17,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/cpu/blas_kernels.h"
 #include "kernels/cpu/formats.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
@@ -262,6 +263,7 @@ int serve(const ServeOptions& o) {
 }  // namespace fpa::server
 
 int main(int argc, char** argv) {
+  fpa::cpu::restart_for_blas_kernels(argv);
   // Block the stop signals before any thread starts, so that every thread inherits the mask and
   // only sigwait() in serve() sees them.
   sigset_t signals = fpa::server::stop_signals();

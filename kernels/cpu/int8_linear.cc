@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/int8_amx.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "model/bf16.h"
@@ -176,6 +177,7 @@ struct TileInput {
   const uint32_t* words;
   const float* sx;
   int n, tile, quads;
+  bool amx;  // tiles of up to kAmxTileTokens through amx_dot_block, else up to kMaxTile
 };
 
 // The blocks of several products of one input, numbered one after another (a layer's q, k and
@@ -204,14 +206,27 @@ struct JointBlocks {
   }
 };
 
+// One tile of tokens against one block, on the VNNI kernel: acc[t][0, 64) the int32 sums.
+void vnni_tile(const TileInput& x, const int8_t* block, const int8_t* next, int k, int size,
+               int32_t (*acc)[64]) {
+  const int halves = 4 / columns(x.tile), tiles = (x.n + x.tile - 1) / x.tile;
+  const DotFn* dot = halves == 1 ? kDotWhole.data() : kDotHalf.data();
+  const uint32_t* words = x.words + static_cast<long>(k) * x.tile * x.quads;
+  for (int h = 0; h < halves; ++h) {
+    const int col = h * 64 / halves;  // the pass's first output in the block
+    dot[size - 1](block + 4 * col, x.quads, words,
+                  ahead_of(block, next, x.quads, k * halves + h, halves * tiles),
+                  reinterpret_cast<int32_t(*)[64]>(&acc[0][col]));
+  }
+}
+
 // Tokens against joint blocks [b0, b1): each block streamed once from memory, every further pass
 // over it (a second half of its columns, a second tile of tokens) reading it from the L2 while
 // the next block (b + 1, or `then`, the first of the thread's next range) comes in.
 void gemv_blocks(const JointBlocks& j, int b0, int b1, int then) {
   const TileInput& x = j.x;
-  const int halves = 4 / columns(x.tile), tiles = (x.n + x.tile - 1) / x.tile;
-  const DotFn* dot = halves == 1 ? kDotWhole.data() : kDotHalf.data();
-  const int passes = halves * tiles;
+  const int tiles = (x.n + x.tile - 1) / x.tile;
+  const int passes = x.amx ? tiles : 4 / columns(x.tile) * tiles;
   for (int b = b0; b < b1; ++b) {
     const auto [o, ob] = j.locate(b);
     const Int8Matrix& w = *o->w;
@@ -220,13 +235,13 @@ void gemv_blocks(const JointBlocks& j, int b0, int b1, int then) {
     const int8_t* next = passes > 1 ? j.bits(b + 1 < b1 ? b + 1 : then) : nullptr;
     for (int k = 0; k < tiles; ++k) {
       const int t0 = k * x.tile, size = std::min(x.tile, x.n - t0);
-      const uint32_t* words = x.words + static_cast<long>(t0) * x.quads;
-      int32_t acc[kMaxTile][64];
-      for (int h = 0; h < halves; ++h) {
-        const int col = h * 64 / halves;  // the pass's first output in the block
-        dot[size - 1](block + 4 * col, x.quads, words,
-                      ahead_of(block, next, x.quads, k * halves + h, passes),
-                      reinterpret_cast<int32_t(*)[64]>(&acc[0][col]));
+      static_assert(kAmxTileTokens >= kMaxTile);
+      int32_t acc[kAmxTileTokens][64];
+      if (x.amx) {
+        const auto* lines = reinterpret_cast<const uint8_t*>(x.words + long{t0} * x.quads);
+        amx_dot_block(block, x.quads, lines, size, amx_ahead(block, next, x.quads, k, passes), acc);
+      } else {
+        vnni_tile(x, block, next, k, size, acc);
       }
       for (int t = 0; t < size; ++t) {
         dequantize(acc[t], count, w.offset() + n0, w.scale() + n0, x.sx[t0 + t],
@@ -277,10 +292,11 @@ void quantize_rows(const float* x, int n, int cols, uint8_t* out, float* sx, Thr
 }
 
 // 1 to gemv_tokens tokens: the hand-written kernel over the packed blocks, every output's blocks
-// numbered one after another and shared out in one pass over the pool.
-void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool) {
+// numbered one after another and shared out in one pass over the pool; with AMX tiles where `amx`.
+void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool, bool amx) {
   const Int8Matrix& w0 = *outs[0].w;
-  const int quads = static_cast<int>(w0.block() / 256), tiles = (n + kMaxTile - 1) / kMaxTile;
+  const int most = amx ? kAmxTileTokens : kMaxTile;
+  const int quads = static_cast<int>(w0.block() / 256), tiles = (n + most - 1) / most;
   const int tile = (n + tiles - 1) / tiles;
   // Its lines 64-byte aligned, so that no two threads' tokens share one.
   uint32_t* words = scratch<uint32_t>(static_cast<size_t>(n) * quads + 16);
@@ -289,7 +305,8 @@ void gemv(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* p
   for_token_rows(pool, n, static_cast<long>(n) * w0.cols(), [&](int r0, int rows) {
     quantize_tile_tokens(x, r0, r0 + rows, n, w0.cols(), quads, tile, words, sx);
   });
-  const JointBlocks joint{outs, {.words = words, .sx = sx, .n = n, .tile = tile, .quads = quads}};
+  const JointBlocks joint{
+      outs, {.words = words, .sx = sx, .n = n, .tile = tile, .quads = quads, .amx = amx}};
   long rows = 0;
   for (const Int8Output& o : outs) rows += (o.w->rows() + 63) / 64 * 64;
   // Guided ranges, shrinking to a block or two at the end, so that the threads finish together
@@ -350,9 +367,9 @@ Int8Matrix::Int8Matrix(const Matrix& m) : rows_(m.rows), cols_(m.cols) {
 }
 
 void linear_int8(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool,
-                 int gemv_tokens) {
-  if (n <= gemv_tokens && gemv_fits(outs)) {
-    gemv(x, n, outs, pool);
+                 Int8Route route) {
+  if (n <= route.gemv_tokens && gemv_fits(outs)) {
+    gemv(x, n, outs, pool, n >= route.amx_tokens && cpu_has_amx_int8());
     return;
   }
   // One quantized copy of the input for every output (q, k and v; gate and up).
@@ -364,9 +381,9 @@ void linear_int8(const float* x, int n, std::span<const Int8Output> outs, Thread
 }
 
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
-                 bool accumulate, int gemv_tokens) {
+                 bool accumulate, Int8Route route) {
   const Int8Output out{&w, y, accumulate};
-  linear_int8(x, n, {&out, 1}, pool, gemv_tokens);
+  linear_int8(x, n, {&out, 1}, pool, route);
 }
 
 }  // namespace fpa::cpu

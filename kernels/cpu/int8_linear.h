@@ -5,7 +5,8 @@
 // as unsigned bytes q + 128: AVX512-VNNI's vpdpbusd multiplies unsigned by signed bytes (this
 // CPU family has no signed-by-signed form), and the 128 * sum(q[r, :]) it adds is taken back
 // out exactly. Sums are int32. 1 to kInt8GemvTokens tokens go through a hand-written kernel that
-// streams oneDNN's packed weights; more through oneDNN's u8 x s8 matmul on the same copy.
+// streams oneDNN's packed weights (with AMX tiles where the CPU has them, int8_amx.h); more
+// through oneDNN's u8 x s8 matmul on the same copy.
 #pragma once
 
 #include <cstdint>
@@ -56,11 +57,23 @@ class Int8Matrix {
 // by 13-18% at 64 tokens and 1-9% at 96, -4 to +7% at 128, behind by 0-7% at 160-192 and 3-10%
 // at 256.
 inline constexpr int kInt8GemvTokens = 128;
+// Token counts from which the hand-written kernel multiplies with AMX tiles where the CPU has them
+// (int8_amx.h), not vpdpbusd. Measured (fpa-linear-bench, int8 against int8-vnni, 5632 x 2048
+// weights past the LLC, Intel Xeon model 207, 2026-12-06; bench/RESULTS.md), two runs: the tiles
+// 1.0-1.1x at 2 tokens, 1.1-1.3x at 4-16, 0.9-1.3x at 24-32, 1.7-2.6x at 48-128.
+inline constexpr int kInt8AmxTokens = 2;
 
-// y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token; up to
-// `gemv_tokens` tokens through the hand-written kernel. Requires cpu_has_vnni().
+// Which kernel takes n tokens: the hand-written one up to gemv_tokens (more go through oneDNN's
+// matmul), with AMX tiles from amx_tokens on.
+struct Int8Route {
+  int gemv_tokens = kInt8GemvTokens;
+  int amx_tokens = kInt8AmxTokens;
+};
+
+// y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token. Requires
+// cpu_has_vnni().
 void linear_int8(const float* x, int n, const Int8Matrix& w, float* y, ThreadPool* pool,
-                 bool accumulate = false, int gemv_tokens = kInt8GemvTokens);
+                 bool accumulate = false, Int8Route route = {});
 
 // One product of linear_int8's with its output.
 struct Int8Output {
@@ -73,6 +86,6 @@ struct Int8Output {
 // up): through the hand-written kernel the input is quantized once and all the matrices' blocks
 // go out in one pass over the pool, so the threads wait for each other once, not per matrix.
 void linear_int8(const float* x, int n, std::span<const Int8Output> outs, ThreadPool* pool,
-                 int gemv_tokens = kInt8GemvTokens);
+                 Int8Route route = {});
 
 }  // namespace fpa::cpu

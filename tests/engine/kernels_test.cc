@@ -17,6 +17,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/field.h"
+#include "kernels/cpu/int8_amx.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/ops.h"
@@ -163,25 +164,29 @@ void expect_int8_exact_on_grid(int in) {
   for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
   for (int o = 0; o < out; ++o) scale[o] = std::ldexp(1.0f, -static_cast<int>(o % 5));
   const Int8Matrix wq(Matrix{.rows = out, .cols = in, .i8 = q.data(), .scale = scale.data()});
-  // Every token count through oneDNN too (gemv_tokens 0), where the kernel would take it; 300
-  // tokens quantized in blocks of rows, on both threads where the row is long enough.
+  // Some token counts through oneDNN too (gemv_tokens 0), where the kernel would take them, and
+  // through the kernel without AMX tiles; 300 tokens quantized in blocks of rows, on both threads
+  // where the row is long enough.
   ThreadPool pool(2);
-  for (auto [n, gemv] : {std::pair{1, kInt8GemvTokens},
-                         {5, kInt8GemvTokens},
-                         {8, kInt8GemvTokens},
-                         {13, kInt8GemvTokens},
-                         {25, kInt8GemvTokens},
-                         {33, kInt8GemvTokens},
-                         {kInt8GemvTokens, kInt8GemvTokens},
-                         {300, kInt8GemvTokens},
-                         {1, 0},
-                         {5, 0},
-                         {33, 0}}) {
+  constexpr Int8Route kOneDnn{.gemv_tokens = 0}, kVnni{.amx_tokens = 1 << 30};
+  for (auto [n, route] : {std::pair{1, Int8Route{}},
+                          {5, {}},
+                          {8, {}},
+                          {13, {}},
+                          {25, {}},
+                          {33, {}},
+                          {kInt8GemvTokens, {}},
+                          {300, {}},
+                          {8, kVnni},
+                          {33, kVnni},
+                          {1, kOneDnn},
+                          {5, kOneDnn},
+                          {33, kOneDnn}}) {
     std::vector<float> x(n * in);
     for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 255) - 127);
     for (int t = 0; t < n; ++t) x[t * in] = 127;  // each token's scale exactly 1
     std::vector<float> y(n * out);
-    linear_int8(x.data(), n, wq, y.data(), &pool, false, gemv);
+    linear_int8(x.data(), n, wq, y.data(), &pool, false, route);
     for (int t = 0; t < n; ++t) {
       for (int o = 0; o < out; ++o) {
         long ref = 0;
@@ -198,6 +203,26 @@ TEST(Ops, LinearInt8IsExactOnItsGrid) {
   // Rows of 131 inputs (not a whole number of quads) and of 600 (150 quads, each token tile
   // reading the block again while the next one is fetched).
   for (const int in : {131, 600}) expect_int8_exact_on_grid(in);
+}
+
+// The hand-written kernel's AMX tiles and its vpdpbusd passes add the same int32 sums: the same
+// outputs to the bit, for every tile split of 1 to 40 tokens (the last tile shorter), block tails
+// and padded quads.
+TEST(Ops, LinearInt8TilesEqualVnni) {
+  if (!cpu_has_amx_int8()) GTEST_SKIP() << "no AMX-INT8 on this CPU (or the OS refuses it)";
+  ThreadPool pool(2);
+  for (int in : {200, 2048}) {
+    const int out = 1030;
+    const std::vector<float> w = randn(out * in, 80);
+    const Int8Matrix wq(Matrix{w.data(), out, in});
+    for (int n = 1; n <= 40; n += n < 18 ? 1 : 11) {
+      const std::vector<float> x = randn(n * in, 81 + n);
+      std::vector<float> tiles(n * out, 0.25f), vnni(n * out, 0.25f);
+      linear_int8(x.data(), n, wq, tiles.data(), &pool, true, {.amx_tokens = 1});
+      linear_int8(x.data(), n, wq, vnni.data(), &pool, true, {.amx_tokens = 1 << 30});
+      ASSERT_EQ(tiles, vnni) << in << " " << n;
+    }
+  }
 }
 
 // Several matrices of one input in one call (a layer's q, k, v): each output exactly as its own
