@@ -244,7 +244,8 @@ def limits_lines(lim: dict) -> list[str]:
     c = lim["cpu"]
     return [f"machine: {c['model']}, {c['online_cpus']} CPUs online; L1d {c['l1d_bytes'] >> 10} "
             f"KiB, L2 {c['l2_bytes'] >> 10} KiB, L3 {c['l3_bytes'] >> 20} MiB (as the OS reports "
-            f"them); AVX512-BF16 {c['avx512_bf16']}, AVX512-VNNI {c['avx512_vnni']}",
+            f"them); AVX512-BF16 {c['avx512_bf16']}, AVX512-VNNI {c['avx512_vnni']}, "
+            f"AMX-INT8 {c.get('amx_int8', False)}",
             f"read bandwidth, {lim['threads']} threads (GB/s by buffer MiB): " + ", ".join(
                 f"{k} MiB {v:.1f}" for k, v in sorted(lim["read_gbps"].items(),
                                                        key=lambda kv: int(kv[0]))),

@@ -23,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "kernels/cpu/int8_amx.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -125,6 +126,7 @@ nlohmann::json cpu_info() {
           {"l3_bytes", sysconf(_SC_LEVEL3_CACHE_SIZE)},
           {"avx512_bf16", __builtin_cpu_supports("avx512bf16") != 0},
           {"avx512_vnni", __builtin_cpu_supports("avx512vnni") != 0},
+          {"amx_int8", cpu::cpu_has_amx_int8()},
           {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)}};
 }
 
