@@ -5,10 +5,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef AHEAD
-#define AHEAD 16384
-#endif
-
 namespace fpa::cpu {
 namespace {
 

@@ -22,6 +22,7 @@ using Dt = memory::data_type;
 // whole block of 64 outputs (C = 4) for up to 6 tokens, half of it (C = 2) for up to 12, 24
 // accumulators either way. More tokens go in balanced tiles of up to kMaxTile.
 constexpr int kMaxTile = 12;
+static_assert(kAmxTileTokens >= kMaxTile);  // one tile buffer serves either kernel
 constexpr int columns(int tokens) { return tokens <= 6 ? 4 : 2; }
 
 // As in bf16_linear.cc: compiled for its target whatever -march says, run only where
@@ -235,7 +236,6 @@ void gemv_blocks(const JointBlocks& j, int b0, int b1, int then) {
     const int8_t* next = passes > 1 ? j.bits(b + 1 < b1 ? b + 1 : then) : nullptr;
     for (int k = 0; k < tiles; ++k) {
       const int t0 = k * x.tile, size = std::min(x.tile, x.n - t0);
-      static_assert(kAmxTileTokens >= kMaxTile);
       int32_t acc[kAmxTileTokens][64];
       if (x.amx) {
         const auto* lines = reinterpret_cast<const uint8_t*>(x.words + long{t0} * x.quads);
