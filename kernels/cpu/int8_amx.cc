@@ -48,7 +48,7 @@ bool cpu_has_amx_int8() {
 }
 
 AmxAhead amx_ahead(const int8_t* block, const int8_t* next, int quads, int pass, int passes) {
-  if (next == nullptr || passes == 1) return {block + 4096, 4096};
+  if (next == nullptr || passes == 1) return {block + 2 * 4096, 4096};
   const int bytes = (4096 / passes + 63) / 64 * 64;
   return {next + static_cast<long>(pass) * bytes * (quads / 16), bytes};
 }
@@ -67,7 +67,7 @@ AmxAhead amx_ahead(const int8_t* block, const int8_t* next, int quads, int pass,
   for (int g = 0; g < quads / 16; ++g) {
     const int8_t* w = block + g * 4096L;  // 16 quads x 64 outputs x 4 inputs
     const int8_t* lead = ahead.from + g * ahead.bytes;
-    for (int l = 0; l < ahead.bytes; l += 64) __builtin_prefetch(lead + l);
+    for (int l = 0; l < ahead.bytes; l += 64) __builtin_prefetch(lead + l, 0, 2);  // prefetcht1
     _tile_loadd(4, lines + g * size * 64L, 64);
     _tile_loadd(5, w, 256);
     _tile_dpbusd(0, 4, 5);

@@ -19,13 +19,15 @@ inline constexpr int kAmxTileTokens = 16;
 // What a pass over a block asks the memory for ahead of its loads, per 64 inputs (4 KiB of the
 // block): `bytes` from `from` on, one step further each time. The tile loads wait for their lines,
 // and the hardware's prefetcher alone read 14-17 GB/s of weights at 2 to 16 tokens where 20 came
-// with a chunk asked for ahead (bench/RESULTS.md).
+// with a chunk asked for ahead. The lines are asked for into the L2, not the L1 (prefetcht1): into
+// the L1 (prefetcht0), likely held up by its few fill buffers, the products of 32 tokens read 19-20
+// GB/s of weights from DRAM where into the L2 they read 25-28 (bench/RESULTS.md, eighth session).
 struct AmxAhead {
   const int8_t* from;
   int bytes;
 };
 
-// For pass `pass` of `passes` over `block` (one a tile of tokens): one chunk ahead in the block
+// For pass `pass` of `passes` over `block` (one a tile of tokens): two chunks ahead in the block
 // where one pass reads it; else each pass a share of the next block (`next`; none: nullptr), as
 // the passes after the first read this one from the L2.
 AmxAhead amx_ahead(const int8_t* block, const int8_t* next, int quads, int pass, int passes);
