@@ -282,8 +282,21 @@ std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
 // A stream's pages lie apart in the pool, and the hardware prefetcher starts over at each: the
 // kernel read 12-14 GB/s with 2 threads where it reads 25 from contiguous pages. Asking for the
 // page two ahead, a key's rows per key (a whole page at once overflows the miss buffers and did
-// nothing), brought it to 16-24 GB/s (bench/attention_bench.cc).
-constexpr size_t kPagesAhead = 2;
+// nothing), brought it to 16-24 GB/s (bench/attention_bench.cc). How far ahead, and into which
+// cache, each CPU takes best: on an AMD EPYC two pages ahead into the L1 (into the L2 read 48-50
+// GB/s against 53-54, three or four pages ahead no more); on an Intel Xeon (model 207) four pages
+// ahead into the L2 read 28.4-28.9 GB/s from DRAM against 25.9-27.0 (bench/RESULTS.md, 2026-12-06,
+// eighth session): into the L1 the rows likely wait for its few fill buffers.
+struct RowsAhead {
+  size_t pages;
+  bool into_l2;
+};
+
+RowsAhead rows_ahead() {
+  static const RowsAhead ahead =
+      __builtin_cpu_is("intel") ? RowsAhead{4, true} : RowsAhead{2, false};
+  return ahead;
+}
 
 [[gnu::always_inline]] inline void prefetch_field(const cache::PageView& pv) {
   __builtin_prefetch(pv.pos);
@@ -302,14 +315,20 @@ const cache::PageView& page_ahead(std::span<const cache::PageView> pages,
 }
 
 template <typename K>
-[[gnu::always_inline]] inline void prefetch_slot(const cache::PageView& pv, int slot, int dim) {
+[[gnu::always_inline]] inline void prefetch_slot(const cache::PageView& pv, int slot, int dim,
+                                                 bool into_l2) {
   const auto [k, v] = kv_rows<K>(pv);
   const long row = static_cast<long>(dim) * sizeof(K);
   const char* kr = reinterpret_cast<const char*>(k) + slot * row;
   const char* vr = reinterpret_cast<const char*>(v) + slot * row;
   for (long off = 0; off < row; off += 64) {
-    __builtin_prefetch(kr + off);
-    __builtin_prefetch(vr + off);
+    if (into_l2) {
+      __builtin_prefetch(kr + off, 0, 2);  // prefetcht1
+      __builtin_prefetch(vr + off, 0, 2);
+    } else {
+      __builtin_prefetch(kr + off);
+      __builtin_prefetch(vr + off);
+    }
   }
 }
 
@@ -339,6 +358,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   // Scores are kept only for the attention mass, which needs the final maximum.
   const bool record = keys.mass.counts(0);
+  const RowsAhead rows = rows_ahead();
   float* s = record ? scratch(keys.pages.size() * ps) : nullptr;
   QueryRow<D, K> query(q, dim);
   const float own_score = query.own_dot(own.k) * scale;
@@ -356,7 +376,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
   for (size_t p = 0; p < keys.pages.size(); ++p) {
     const cache::PageView& pv = keys.pages[p];
     const auto [k_rows, v_rows] = kv_rows<K>(pv);
-    const cache::PageView& ahead = page_ahead(keys.pages, then, p + kPagesAhead);
+    const cache::PageView& ahead = page_ahead(keys.pages, then, p + rows.pages);
     prefetch_field(ahead);
     for (int j0 = 0; j0 < ps; j0 += 16) {
       const int w = std::min(16, ps - j0);
@@ -372,7 +392,7 @@ float decode_impl(const float* q, float phi, OwnKey own, Penalty pen, int head_d
       // The page ahead's rows, a key's beside each value row read: in the unrolled dot16 GCC
       // gathered the block's 64 prefetches ahead of its loads (a burst the miss buffers drop),
       // and from DRAM the kernel read 46 GB/s where it reads 53 with them here.
-      const auto fetch = [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim); };
+      const auto fetch = [&](int j) { prefetch_slot<K>(ahead, j0 + j, dim, rows.into_l2); };
       const Lanes scored = dots * scale - penalty(pen, load_slots<Lanes>(pv.lvl + j0, w, 0.0f), m);
       alignas(64) float sc[16];
       store(sc, live ? scored : Lanes{} - kInf);
