@@ -33,7 +33,10 @@ What it does, all under bench/out/llama_cpp/ (git-ignored):
      f32 / bf16 / int8 product rates, the CPU's model, cache sizes and features. DRAM's read
      bandwidth again just before and just after every side's run (a shared machine's drifted
      from 56 to 81 GB/s within an hour here): a side whose bytes exceed the last-level cache is
-     held to the start's curve scaled to the mean of the two.
+     held to the start's curve scaled to the mean of the two. The product rates again at the
+     end, each format's faster probe the limit: the first probe of a session read 0.3-0.4 of
+     the rate on an Intel Xeon (int8 1205 GFLOP/s, then 3331-4090), which inflated every
+     fraction the products bound.
 Prints the limits, then a markdown table: tokens/s of each side, ratios to llama.cpp (its f32
 configuration, its Q8_0 and its fastest), and each side's fraction of the limit that applies
 (decode: the least time a step can take, bytes of weights + keys and values read per step over
@@ -474,6 +477,10 @@ def main():
             print(line)
     rows = measure([(shape, b, c) for shape in a.shapes for b, c in a.cases],
                    lambda shape, b, c: sides(shape, b, c, models, lib, driver, a), a.rounds)
+    end = machine_limits(a.bench, a.threads, "--read_mib=4")["gflops"]
+    print("oneDNN products again at the end (GFLOP/s): " + ", ".join(
+        f"{k} {v:.0f}" for k, v in end.items()) + "; each format's faster probe is the limit")
+    lim["gflops"] = {k: max(v, end[k]) for k, v in lim["gflops"].items()}
     variant = rows[0]["sides"]["llama f32"]["cpu_variant"]
     print(f"\nllama.cpp CPU backend: {variant}; {a.threads} threads each side; {a.steps} timed "
           f"decode steps in {a.windows} windows, the fastest window's rate; best of {a.rounds} "
