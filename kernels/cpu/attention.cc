@@ -284,9 +284,9 @@ std::pair<const K*, const K*> kv_rows(const cache::PageView& pv) {
 // page two ahead, a key's rows per key (a whole page at once overflows the miss buffers and did
 // nothing), brought it to 16-24 GB/s (bench/attention_bench.cc). How far ahead, and into which
 // cache, each CPU takes best: on an AMD EPYC two pages ahead into the L1 (into the L2 read 48-50
-// GB/s against 53-54, three or four pages ahead no more); on an Intel Xeon (model 207) four pages
-// ahead into the L2 read 28.4-28.9 GB/s from DRAM against 25.9-27.0 (bench/RESULTS.md, 2026-12-06,
-// eighth session): into the L1 the rows likely wait for its few fill buffers.
+// GB/s against 53-54, one, three or four pages ahead 46-50); on an Intel Xeon (model 207) four
+// pages ahead into the L2 read 28.4-28.9 GB/s from DRAM against 25.9-27.0 (bench/RESULTS.md,
+// 2026-12-06, eighth session): into the L1 the rows likely wait for its few fill buffers.
 struct RowsAhead {
   size_t pages;
   bool into_l2;

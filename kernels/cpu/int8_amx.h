@@ -21,7 +21,8 @@ inline constexpr int kAmxTileTokens = 16;
 // and the hardware's prefetcher alone read 14-17 GB/s of weights at 2 to 16 tokens where 20 came
 // with a chunk asked for ahead. The lines are asked for into the L2, not the L1 (prefetcht1): into
 // the L1 (prefetcht0), likely held up by its few fill buffers, the products of 32 tokens read 19-20
-// GB/s of weights from DRAM where into the L2 they read 25-28 (bench/RESULTS.md, eighth session).
+// GB/s of weights from DRAM where into the L2 they read 25-28 (bench/RESULTS.md, 2026-12-06,
+// eighth session).
 struct AmxAhead {
   const int8_t* from;
   int bytes;
