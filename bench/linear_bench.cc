@@ -12,7 +12,6 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -74,7 +73,7 @@ Product make(const std::string& name, const std::vector<float>& w, int rows, int
   f.bytes_per_weight = 1;
   cpu::Int8Route route;
   if (name == "int8-onednn") route.gemv_tokens = 0;
-  if (name == "int8-vnni") route.amx_tokens = std::numeric_limits<int>::max();
+  if (name == "int8-vnni") route = cpu::kInt8NoTiles;
   return [&f, pool, route](const float* x, int n, int c, float* y) {
     cpu::linear_int8(x, n, *f.int8[c], y, pool, false, route);
   };

@@ -179,6 +179,11 @@ struct TileInput {
   const float* sx;
   int n, tile, quads;
   bool amx;  // tiles of up to kAmxTileTokens through amx_dot_block, else up to kMaxTile
+
+  int tiles() const { return (n + tile - 1) / tile; }
+  // Passes over a block per tile of tokens: one through AMX, else one per share of its columns
+  // that a pass holds in registers (1 or 2).
+  int halves() const { return amx ? 1 : 4 / columns(tile); }
 };
 
 // The blocks of several products of one input, numbered one after another (a layer's q, k and
@@ -210,13 +215,13 @@ struct JointBlocks {
 // One tile of tokens against one block, on the VNNI kernel: acc[t][0, 64) the int32 sums.
 void vnni_tile(const TileInput& x, const int8_t* block, const int8_t* next, int k, int size,
                int32_t (*acc)[64]) {
-  const int halves = 4 / columns(x.tile), tiles = (x.n + x.tile - 1) / x.tile;
+  const int halves = x.halves();
   const DotFn* dot = halves == 1 ? kDotWhole.data() : kDotHalf.data();
   const uint32_t* words = x.words + static_cast<long>(k) * x.tile * x.quads;
   for (int h = 0; h < halves; ++h) {
     const int col = h * 64 / halves;  // the pass's first output in the block
     dot[size - 1](block + 4 * col, x.quads, words,
-                  ahead_of(block, next, x.quads, k * halves + h, halves * tiles),
+                  ahead_of(block, next, x.quads, k * halves + h, halves * x.tiles()),
                   reinterpret_cast<int32_t(*)[64]>(&acc[0][col]));
   }
 }
@@ -226,8 +231,7 @@ void vnni_tile(const TileInput& x, const int8_t* block, const int8_t* next, int 
 // the next block (b + 1, or `then`, the first of the thread's next range) comes in.
 void gemv_blocks(const JointBlocks& j, int b0, int b1, int then) {
   const TileInput& x = j.x;
-  const int tiles = (x.n + x.tile - 1) / x.tile;
-  const int passes = x.amx ? tiles : 4 / columns(x.tile) * tiles;
+  const int tiles = x.tiles(), passes = x.halves() * tiles;
   for (int b = b0; b < b1; ++b) {
     const auto [o, ob] = j.locate(b);
     const Int8Matrix& w = *o->w;

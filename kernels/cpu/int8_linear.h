@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <span>
 #include <vector>
@@ -69,6 +70,8 @@ struct Int8Route {
   int gemv_tokens = kInt8GemvTokens;
   int amx_tokens = kInt8AmxTokens;
 };
+// The hand-written kernel without AMX tiles at any token count (vpdpbusd only).
+inline constexpr Int8Route kInt8NoTiles{.amx_tokens = std::numeric_limits<int>::max()};
 
 // y[n, w.rows()] (+)= x[n, w.cols()] * w^T, the activations quantized per token. Requires
 // cpu_has_vnni().

@@ -168,7 +168,7 @@ void expect_int8_exact_on_grid(int in) {
   // through the kernel without AMX tiles; 300 tokens quantized in blocks of rows, on both threads
   // where the row is long enough.
   ThreadPool pool(2);
-  constexpr Int8Route kOneDnn{.gemv_tokens = 0}, kVnni{.amx_tokens = 1 << 30};
+  constexpr Int8Route kOneDnn{.gemv_tokens = 0};
   for (auto [n, route] : {std::pair{1, Int8Route{}},
                           {5, {}},
                           {8, {}},
@@ -177,8 +177,8 @@ void expect_int8_exact_on_grid(int in) {
                           {33, {}},
                           {kInt8GemvTokens, {}},
                           {300, {}},
-                          {8, kVnni},
-                          {33, kVnni},
+                          {8, kInt8NoTiles},
+                          {33, kInt8NoTiles},
                           {1, kOneDnn},
                           {5, kOneDnn},
                           {33, kOneDnn}}) {
@@ -219,7 +219,7 @@ TEST(Ops, LinearInt8TilesEqualVnni) {
       const std::vector<float> x = randn(n * in, 81 + n);
       std::vector<float> tiles(n * out, 0.25f), vnni(n * out, 0.25f);
       linear_int8(x.data(), n, wq, tiles.data(), &pool, true, {.amx_tokens = 1});
-      linear_int8(x.data(), n, wq, vnni.data(), &pool, true, {.amx_tokens = 1 << 30});
+      linear_int8(x.data(), n, wq, vnni.data(), &pool, true, kInt8NoTiles);
       ASSERT_EQ(tiles, vnni) << in << " " << n;
     }
   }
