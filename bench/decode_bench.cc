@@ -66,6 +66,14 @@ void check(const absl::Status& s) {
   }
 }
 
+// Milliseconds per decode step of each phase of the backend's layers (kernels/backend.h).
+nlohmann::json phase_ms(const StepPhases& p, int steps) {
+  const double per = 1e3 / steps;
+  return {{"project", p.project * per}, {"field", p.field * per},  {"pages", p.pages * per},
+          {"attend", p.attend * per},   {"cache", p.cache * per},  {"output", p.output * per},
+          {"mlp", p.mlp * per},         {"logits", p.logits * per}};
+}
+
 // Prefills every sequence to cfg.context tokens (all sequences in each step, in chunks).
 void prefill(ModelRunner& runner, const std::vector<cache::SeqId>& seqs, int context,
              std::vector<std::vector<int32_t>>& tokens) {
@@ -116,6 +124,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
   // disturbs least (the rate over all steps is printed too).
   const int windows = std::max(1, std::min(absl::GetFlag(FLAGS_windows), steps));
   double best = 1e300, total = 0.0;
+  StepPhases phases;
   const std::clock_t cpu0 = std::clock();
   for (int w = 0, i = 0; w < windows; ++w) {
     const int begin = i, end = steps * (w + 1) / windows;
@@ -126,7 +135,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
         inputs.push_back(
             {seqs[b], std::span(tokens[b]).subspan(cfg.context + i, 1), cfg.context + i});
       }
-      check(runner.step(inputs, logits));
+      check(runner.step(inputs, logits, /*all_logits=*/false, &phases));
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -155,7 +164,8 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
           {"tokens_per_s_mean", cfg.batch * steps / total},
           {"live_fraction", live / full},
           {"page_fill", live / slots},
-          {"prefill_tokens_per_s", cfg.batch * cfg.context / prefill_secs}};
+          {"prefill_tokens_per_s", cfg.batch * cfg.context / prefill_secs},
+          {"phase_ms", phase_ms(phases, steps)}};
 }
 
 }  // namespace

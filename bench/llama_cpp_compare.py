@@ -432,6 +432,35 @@ def table(rows: list[dict], a, lim: dict) -> list[str]:
     return lines
 
 
+WEIGHT_PHASES = ("project", "output", "mlp", "logits")
+
+
+def phase_table(rows: list[dict], a) -> list[str]:
+    """Where ours' decode steps went (the bench's phase_ms, a mean over all timed steps): the
+    attention's and the products' read rates from the bytes step_bytes counts, beside the DRAM
+    read measured around the run; what bounds a case missed."""
+    head = ("| shape | case | side | step ms (mean) | attention ms (keys and values GB/s) | "
+            "products ms (weights GB/s) | cache update ms | field walk + page lists ms | "
+            "DRAM GB/s beside |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        for name in ("ours softmax", "ours fpa"):
+            s = r["sides"].get(name, {})
+            if "phase_ms" not in s:
+                continue
+            ph = s["phase_ms"]
+            wbytes, kvbytes = step_bytes(sizes(r["shape"]), name, s, a.steps)
+            products = sum(ph[k] for k in WEIGHT_PHASES)
+            dram = s.get("dram_gbps", [0.0])
+            attend = ph["attend"]
+            lines.append(
+                f"| {r['shape']} | b{r['batch']} @{r['context']} | {name} | "
+                f"{sum(ph.values()):.1f} | {attend:.1f} ({kvbytes / attend / 1e6:.1f}) | "
+                f"{products:.1f} ({wbytes / products / 1e6:.1f}) | {ph['cache']:.1f} | "
+                f"{ph['field'] + ph['pages']:.1f} | {sum(dram) / len(dram):.1f} |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="fpa-decode-bench binary (default: newest build*/bench/)")
@@ -487,6 +516,8 @@ def main():
           f"round(s) per side and case; load average at end "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; wall {time.time() - t0:.0f} s\n")
     print("\n".join(table(rows, a, lim)))
+    print("\nWhere ours' decode steps went\n")
+    print("\n".join(phase_table(rows, a)))
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"limits": lim, "rows": rows}, f, indent=1)
 

@@ -16,10 +16,25 @@
 
 namespace fpa {
 
-// Optional outputs for tests and debugging.
+// Where a forward's wall time went, seconds added up per phase of its layers, so that what bounds
+// a step is read from the step itself (bench/decode_bench.cc prints it beside each phase's
+// bytes). The CPU backend fills it.
+struct StepPhases {
+  double project = 0;  // the input's norm and the q, k, v and field projections
+  double field = 0;    // the field's walk over the new tokens
+  double pages = 0;    // each stream's page list and exclusion threshold (the cache's look-ups)
+  double attend = 0;   // attention over the cached pages
+  double cache = 0;    // eviction, the new keys' insertion, compaction
+  double output = 0;   // the output gate and projection
+  double mlp = 0;      // the MLP block
+  double logits = 0;   // the final norm and the lm_head
+};
+
+// Optional outputs for tests, debugging and benchmarks.
 struct ForwardTrace {
   bool all_logits = false;  // logits of every token, not only the last one
   std::vector<std::vector<float>>* layer_outputs = nullptr;  // [layer] -> [tokens][d_model]
+  StepPhases* phases = nullptr;                              // added to, where the backend times
 };
 
 class Backend {

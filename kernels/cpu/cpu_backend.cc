@@ -1,6 +1,7 @@
 // The CPU backend: dense work through BLAS over the whole batch, attention per stream on
 // the backend's thread pool, cache bookkeeping (evict, insert) on the calling thread.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <thread>
@@ -33,6 +34,23 @@ struct Batch {
   std::vector<cache::MassRule> mass;  // item -> what its policy has the kernels record in acc
   int tokens() const { return offset.back(); }
   int len(size_t i) const { return offset[i + 1] - offset[i]; }
+};
+
+// Adds the wall time since its last mark to a phase of `phases` (nothing where that is null).
+class PhaseClock {
+ public:
+  explicit PhaseClock(StepPhases* phases) : phases_(phases), last_(now()) {}
+  void mark(double StepPhases::*phase) {
+    if (phases_ == nullptr) return;
+    const auto t = now();
+    phases_->*phase += std::chrono::duration<double>(t - last_).count();
+    last_ = t;
+  }
+
+ private:
+  static std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+  StepPhases* phases_;
+  std::chrono::steady_clock::time_point last_;
 };
 
 class CpuBackend : public Backend {
@@ -68,7 +86,7 @@ class CpuBackend : public Backend {
   void linear_each(const float* x, int n, std::initializer_list<Product> products);
   absl::Status validate(const Batch& b, std::span<float> logits, const ForwardTrace* t) const;
   void resize(int n);
-  absl::Status attention_block(int l, const Batch& b);
+  absl::Status attention_block(int l, const Batch& b, PhaseClock& clock);
   void project(const LayerWeights& w, const Batch& b, int l);
   void shift(const Matrix& gate, float* y, const Batch& b, int l, int which);
   void walk_field(int l, const Batch& b);
@@ -204,25 +222,35 @@ absl::Status CpuBackend::forward(std::span<const cache::BatchItem> items, std::s
   if (trace != nullptr && trace->layer_outputs != nullptr) {
     trace->layer_outputs->assign(c_.n_layers, {});
   }
+  PhaseClock clock(trace != nullptr ? trace->phases : nullptr);
   for (int l = 0; l < c_.n_layers; ++l) {
-    FPA_RETURN_IF_ERROR(attention_block(l, b));
+    FPA_RETURN_IF_ERROR(attention_block(l, b, clock));
     mlp_block(model_.layers()[l], n);
+    clock.mark(&StepPhases::mlp);
     if (trace != nullptr && trace->layer_outputs != nullptr) (*trace->layer_outputs)[l] = h_;
   }
   if (c_.k_shift || c_.v_shift) shift_.end(items);
   write_logits(b, logits, trace != nullptr && trace->all_logits);
+  clock.mark(&StepPhases::logits);
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::attention_block(int l, const Batch& b) {
+absl::Status CpuBackend::attention_block(int l, const Batch& b, PhaseClock& clock) {
   const LayerWeights& w = model_.layers()[l];
   norm(h_.data(), b.tokens(), w.attn_norm, x_.data());
   project(w, b, l);
+  clock.mark(&StepPhases::project);
   walk_field(l, b);
+  clock.mark(&StepPhases::field);
+  list_pages(l, b);
+  clock.mark(&StepPhases::pages);
   attend(l, b);
+  clock.mark(&StepPhases::attend);
   FPA_RETURN_IF_ERROR(update_cache(l, b));
+  clock.mark(&StepPhases::cache);
   gate_output(w, b.tokens());
   linear(o_.data(), b.tokens(), w.wo, h_.data(), /*accumulate=*/true);
+  clock.mark(&StepPhases::output);
   return absl::OkStatus();
 }
 
@@ -350,7 +378,6 @@ void CpuBackend::view_pages(int s) {
 // the pages lay (bench/RESULTS.md, 2026-12-06, sixth session); cut at fixed places of each page
 // list instead, each span read whole.
 void CpuBackend::attend(int l, const Batch& b) {
-  list_pages(l, b);
   const int nh = c_.n_heads, page_slots = cache_.shape().page_slots;
   const int streams = static_cast<int>(page_ids_.size());
   pages_.resize(streams);

@@ -19,7 +19,7 @@ absl::StatusOr<cache::SeqId> ModelRunner::start(const cache::PolicyConfig& polic
 }
 
 absl::Status ModelRunner::step(std::span<const cache::BatchItem> items, std::span<float> logits,
-                               bool all_logits) {
+                               bool all_logits, StepPhases* phases) {
   absl::Cleanup unreserve = [&] {
     for (const cache::BatchItem& in : items) cache_.unreserve(in.seq);
   };
@@ -38,8 +38,8 @@ absl::Status ModelRunner::step(std::span<const cache::BatchItem> items, std::spa
                        cache_.free_pages(), " free ones"));
     }
   }
-  ForwardTrace trace{.all_logits = all_logits};
-  return backend_->forward(items, logits, all_logits ? &trace : nullptr);
+  ForwardTrace trace{.all_logits = all_logits, .phases = phases};
+  return backend_->forward(items, logits, all_logits || phases != nullptr ? &trace : nullptr);
 }
 
 int32_t ModelRunner::position(cache::SeqId seq) const {

@@ -38,9 +38,9 @@ class ModelRunner {
   // start_pos is not that) and writes the logits of its last token to logits[i * vocab_size]
   // (with all_logits, of every token, item after item). Reserves what the caller did not, and
   // hands back every reservation afterwards. ResourceExhausted (nothing changed) when the pool
-  // cannot take the whole step.
+  // cannot take the whole step. With `phases`, the backend adds where the step's time went.
   absl::Status step(std::span<const cache::BatchItem> items, std::span<float> logits,
-                    bool all_logits = false);
+                    bool all_logits = false, StepPhases* phases = nullptr);
   int32_t position(cache::SeqId seq) const;
   void finish(cache::SeqId seq);  // frees every page of the sequence at once
 

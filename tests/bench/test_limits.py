@@ -3,6 +3,7 @@ reading its weights or computing their products (whichever is longer), then read
 values."""
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,3 +44,19 @@ def test_the_dram_rate_beside_the_run_scales_a_step_past_the_cache():
     slow = dict(r, dram_gbps=[40.0, 60.0])
     assert (compare.step_limit(SIZE, "ours softmax", slow, 0, LIM)[0]
             == pytest.approx(2 * compare.step_limit(SIZE, "ours softmax", r, 0, LIM)[0]))
+
+
+def test_phase_table_gives_each_phase_its_read_rate():
+    # A step whose attention read its keys and values at 25 GB/s and its products the weights at
+    # 30 GB/s (the mlp phase alone: the other product phases took no time).
+    r = run(8, 1)
+    wbytes, kvbytes = compare.step_bytes(compare.sizes("1b"), "ours softmax", r, 0)
+    r["phase_ms"] = {"project": 0.0, "field": 0.5, "pages": 0.25, "attend": kvbytes / 25e6,
+                     "cache": 1.0, "output": 0.0, "mlp": wbytes / 30e6, "logits": 0.0}
+    r["dram_gbps"] = [33.0, 35.0]
+    row = {"shape": "1b", "batch": 8, "context": 512, "sides": {"ours softmax": r}}
+    lines = compare.phase_table([row], SimpleNamespace(steps=0))
+    assert len(lines) == 3  # the header, its rule, the one side that has phases
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[4].endswith("(25.0)") and cells[5].endswith("(30.0)")
+    assert cells[6:] == ["1.0", "0.8", "34.0"]

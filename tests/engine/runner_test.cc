@@ -2,6 +2,7 @@
 // generation, an exhausted pool is a clean error with nothing changed, samplers are seeded.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <numeric>
 
@@ -100,6 +101,34 @@ TEST_P(RunnerTest, BatchedStepsEqualSoloGeneration) {
     EXPECT_EQ(runner_->position(seqs[i]), -1);
   }
   EXPECT_EQ(cache_->stats().pages_in_use, 0);
+}
+
+// The phases a step's time is told in (what decode_bench prints to find a step's bound) are each
+// timed, add up, and hold no more than the step's wall time.
+TEST_P(RunnerTest, StepPhasesAddUpWithinTheStep) {
+  const cache::SeqId seq = *runner_->start(fpa_);
+  const std::vector<int32_t> p = prompt(40, 4);
+  std::vector<float> logits(model_->config().vocab_size);
+  StepPhases phases;
+  double wall = 0, before = 0;
+  for (int step = 0; step < 3; ++step) {
+    const auto tokens = step == 0 ? std::span(p) : std::span(p).subspan(step, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(runner_
+                    ->step(std::vector<cache::BatchItem>{{seq, tokens, runner_->position(seq)}},
+                           logits, /*all_logits=*/false, &phases)
+                    .ok());
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double sum = phases.project + phases.field + phases.pages + phases.attend + phases.cache +
+                       phases.output + phases.mlp + phases.logits;
+    EXPECT_GT(sum, before) << "step " << step;  // added to, not reset
+    EXPECT_LE(sum, wall) << "step " << step;
+    before = sum;
+  }
+  for (double t : {phases.project, phases.field, phases.pages, phases.attend, phases.cache,
+                   phases.output, phases.mlp, phases.logits}) {
+    EXPECT_GT(t, 0.0);
+  }
 }
 
 TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
