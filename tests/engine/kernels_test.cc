@@ -287,6 +287,23 @@ TEST(Ops, RmsNormAndSwiGlu) {
   EXPECT_NEAR(g[2], -3.0 / (1 + std::exp(-3.0)), 1e-6);
 }
 
+// A row long enough for the vector sums (blocks of 64, then of 16, then a tail of 7), against
+// the definition in double.
+TEST(Ops, RmsNormOfALongRowMatchesTheDefinition) {
+  const int d = 2048 + 16 + 7;
+  const std::vector<float> x = randn(3 * d, 5), w = randn(d, 6);
+  std::vector<float> y(x.size());
+  rmsnorm(x.data(), 3, w, 1e-5f, y.data());
+  for (int t = 0; t < 3; ++t) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += double(x[t * d + i]) * x[t * d + i];
+    for (int i = 0; i < d; ++i) {
+      const double ref = x[t * d + i] / std::sqrt(ss / d + 1e-5) * w[i];
+      ASSERT_NEAR(y[t * d + i], ref, 1e-5 * std::max(1.0, std::fabs(ref))) << t << " " << i;
+    }
+  }
+}
+
 // The vector path (16 at a time) against the definition, over gates from -100 to 100 (where
 // exp(-g) would overflow) and a tail of 7.
 TEST(Ops, SwiGluVectorPathMatchesTheDefinition) {
