@@ -274,8 +274,15 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b, int l) {
     });
   }
   if (c_.attention == AttentionKind::kSoftmax) return;
-  cpu::linear(x_.data(), n, w.field_w, d_.data(), nullptr);
-  if (c_.free_levels) cpu::linear(x_.data(), n, w.level_w, u_.data(), nullptr);
+  // The field's float32 products are too narrow (one output per head) to split by rows; with
+  // free levels the two run side by side, each whole on one thread as before, so their sums are
+  // the same. A batch-1 step's projection phase took 0.98 of its time one after the other
+  // (bench/RESULTS.md, ninth session).
+  const int products = c_.free_levels ? 2 : 1;
+  pool_.run(products, [&](int i) {
+    cpu::linear(x_.data(), n, i == 0 ? w.field_w : w.level_w, i == 0 ? d_.data() : u_.data(),
+                nullptr);
+  });
   for (int t = 0; t < n; ++t) {
     for (int h = 0; h < nh; ++h) {
       d_[t * nh + h] += w.field_b[h];
