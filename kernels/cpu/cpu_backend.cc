@@ -276,8 +276,8 @@ void CpuBackend::project(const LayerWeights& w, const Batch& b, int l) {
   if (c_.attention == AttentionKind::kSoftmax) return;
   // The field's float32 products are too narrow (one output per head) to split by rows; with
   // free levels the two run side by side, each whole on one thread as before, so their sums are
-  // the same. A batch-1 step's projection phase took 0.98 of its time one after the other
-  // (bench/RESULTS.md, ninth session).
+  // the same. Side by side, a batch-1 FPA step's projection phase takes 0.98 of the time it took
+  // with the two one after the other (bench/RESULTS.md, ninth session).
   const int products = c_.free_levels ? 2 : 1;
   pool_.run(products, [&](int i) {
     cpu::linear(x_.data(), n, i == 0 ? w.field_w : w.level_w, i == 0 ? d_.data() : u_.data(),
