@@ -68,10 +68,9 @@ void check(const absl::Status& s) {
 
 // Milliseconds per decode step of each phase of the backend's layers (kernels/backend.h).
 nlohmann::json phase_ms(const StepPhases& p, int steps) {
-  const double per = 1e3 / steps;
-  return {{"project", p.project * per}, {"field", p.field * per},  {"pages", p.pages * per},
-          {"attend", p.attend * per},   {"cache", p.cache * per},  {"output", p.output * per},
-          {"mlp", p.mlp * per},         {"logits", p.logits * per}};
+  nlohmann::json out;
+  for (const auto& [name, phase] : kStepPhases) out[std::string(name)] = p.*phase * 1e3 / steps;
+  return out;
 }
 
 // Prefills every sequence to cfg.context tokens (all sequences in each step, in chunks).

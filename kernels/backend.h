@@ -2,10 +2,12 @@
 // The CPU backend (kernels/cpu) is always built; the CUDA backend (kernels/cuda) when nvcc is.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,6 +31,18 @@ struct StepPhases {
   double mlp = 0;      // the MLP block
   double logits = 0;   // the final norm and the lm_head
 };
+
+// Every phase with its name, for whoever prints or adds them up.
+inline constexpr std::array<std::pair<std::string_view, double StepPhases::*>, 8> kStepPhases{{
+    {"project", &StepPhases::project},
+    {"field", &StepPhases::field},
+    {"pages", &StepPhases::pages},
+    {"attend", &StepPhases::attend},
+    {"cache", &StepPhases::cache},
+    {"output", &StepPhases::output},
+    {"mlp", &StepPhases::mlp},
+    {"logits", &StepPhases::logits},
+}};
 
 // Optional outputs for tests, debugging and benchmarks.
 struct ForwardTrace {

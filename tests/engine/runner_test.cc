@@ -119,16 +119,13 @@ TEST_P(RunnerTest, StepPhasesAddUpWithinTheStep) {
                            logits, /*all_logits=*/false, &phases)
                     .ok());
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double sum = phases.project + phases.field + phases.pages + phases.attend + phases.cache +
-                       phases.output + phases.mlp + phases.logits;
+    double sum = 0;
+    for (const auto& [name, phase] : kStepPhases) sum += phases.*phase;
     EXPECT_GT(sum, before) << "step " << step;  // added to, not reset
     EXPECT_LE(sum, wall) << "step " << step;
     before = sum;
   }
-  for (double t : {phases.project, phases.field, phases.pages, phases.attend, phases.cache,
-                   phases.output, phases.mlp, phases.logits}) {
-    EXPECT_GT(t, 0.0);
-  }
+  for (const auto& [name, phase] : kStepPhases) EXPECT_GT(phases.*phase, 0.0) << name;
 }
 
 TEST_P(RunnerTest, ExhaustedPoolIsACleanErrorAndNothingChanges) {
