@@ -2,6 +2,7 @@
 // (kv_cache.h), the kernels' read view (kv_view.h) and the per-stream edits (stream_editor.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -81,6 +82,33 @@ struct PageView {
   int32_t* pos;             // [page_slots]; token position, -1 for a free slot
   uint16_t* k16 = nullptr;  // [page_slots][head_dim], bf16 host storage (kv_bytes 2; else null)
   uint16_t* v16 = nullptr;
+};
+
+// Where a host pool's pages lie: page p's arrays at base + p * stride, each at its offset. Views
+// are computed from it in line: through a virtual call per page, viewing a batch-32 decode step's
+// pages took 3.6-4.0% of its samples, in line 1.7-2.7% (bench/RESULTS.md, tenth session).
+struct PageLayout {
+  std::byte* base = nullptr;
+  size_t stride = 0;
+  size_t v = 0, lvl = 0, m = 0, acc = 0, pos = 0;  // byte offsets within a page; k is at 0
+  int kv_bytes = 0;                                // 4: float32 k and v, 2: bf16, 0: none
+
+  PageView view(int32_t page) const {
+    std::byte* p = base + static_cast<size_t>(page) * stride;
+    PageView out{};
+    if (kv_bytes == 4) {
+      out.k = reinterpret_cast<float*>(p);
+      out.v = reinterpret_cast<float*>(p + v);
+    } else if (kv_bytes == 2) {
+      out.k16 = reinterpret_cast<uint16_t*>(p);
+      out.v16 = reinterpret_cast<uint16_t*>(p + v);
+    }
+    out.lvl = reinterpret_cast<float*>(p + lvl);
+    out.m = reinterpret_cast<float*>(p + m);
+    out.acc = reinterpret_cast<float*>(p + acc);
+    out.pos = reinterpret_cast<int32_t*>(p + pos);
+    return out;
+  }
 };
 
 struct SlotRef {

@@ -30,6 +30,9 @@ class KvView {
   // The stream's pages, for a kernel to walk (slots with pos == -1 are free).
   virtual std::span<const int32_t> pages(SeqId seq, int layer, int head) const = 0;
   virtual PageView page(int32_t page_id) = 0;  // k, v: host storage only (see KvCache::create)
+  // Where the pages lie, for a backend that views many: layout().view(id) is page(id) for an id
+  // of the cache's own lists, computed in line (page checks the id, behind a virtual call).
+  virtual const PageLayout& layout() const = 0;
 };
 
 }  // namespace fpa::cache

@@ -14,23 +14,20 @@ constexpr size_t kAlign = 64;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Byte offsets of a page's arrays; k and v come first and only with host storage.
-struct Layout {
-  size_t v = 0, lvl = 0, m = 0, acc = 0, pos = 0, stride = 0;
-};
-
-Layout layout_for(const CacheShape& shape, bool host_storage) {
+// Where a page's arrays lie (base not yet known); k and v come first and only with host storage.
+PageLayout layout_for(const CacheShape& shape, bool host_storage) {
   const size_t slots = static_cast<size_t>(shape.page_slots);
   const size_t kv =
       host_storage ? align_up(slots * static_cast<size_t>(shape.head_dim) * shape.kv_bytes) : 0;
   const size_t scalar = align_up(slots * 4);
-  Layout l;
+  PageLayout l;
   l.v = kv;
   l.lvl = 2 * kv;
   l.m = l.lvl + scalar;
   l.acc = l.m + scalar;
   l.pos = l.acc + scalar;
   l.stride = l.pos + scalar;
+  l.kv_bytes = host_storage ? shape.kv_bytes : 0;
   return l;
 }
 
@@ -61,40 +58,18 @@ PageTable::PageTable(const CacheShape& shape, int64_t num_pages, bool host_stora
       host_storage_(host_storage),
       kv_bytes_(shape.kv_bytes),
       base_(std::move(base)),
+      layout_(layout_for(shape, host_storage)),
       info_(static_cast<size_t>(num_pages)),
       next_free_(static_cast<size_t>(num_pages * shape.page_slots), -1),
       where_(static_cast<size_t>(num_pages * shape.page_slots), -1),
       ledger_(num_pages, bytes_per_key(shape, host_storage), shape.n_layers) {
-  const Layout l = layout_for(shape, host_storage);
-  stride_ = l.stride;
-  off_v_ = l.v;
-  off_lvl_ = l.lvl;
-  off_m_ = l.m;
-  off_acc_ = l.acc;
-  off_pos_ = l.pos;
+  layout_.base = base_.get();
 }
 
 std::byte* PageTable::kv_row(int32_t gslot, bool value) const {
   const size_t row = static_cast<size_t>(head_dim_) * kv_bytes_;
-  return base_.get() + static_cast<size_t>(gslot / slots_) * stride_ + (value ? off_v_ : 0) +
-         static_cast<size_t>(gslot % slots_) * row;
-}
-
-PageView PageTable::view(int32_t page) const {
-  std::byte* p = base_.get() + static_cast<size_t>(page) * stride_;
-  PageView v{};
-  if (host_storage_ && kv_bytes_ == 4) {
-    v.k = reinterpret_cast<float*>(p);
-    v.v = reinterpret_cast<float*>(p + off_v_);
-  } else if (host_storage_) {
-    v.k16 = reinterpret_cast<uint16_t*>(p);
-    v.v16 = reinterpret_cast<uint16_t*>(p + off_v_);
-  }
-  v.lvl = reinterpret_cast<float*>(p + off_lvl_);
-  v.m = reinterpret_cast<float*>(p + off_m_);
-  v.acc = reinterpret_cast<float*>(p + off_acc_);
-  v.pos = reinterpret_cast<int32_t*>(p + off_pos_);
-  return v;
+  return base_.get() + static_cast<size_t>(gslot / slots_) * layout_.stride +
+         (value ? layout_.v : 0) + static_cast<size_t>(gslot % slots_) * row;
 }
 
 void PageTable::prefetch_slot(int32_t gslot) const {

@@ -45,7 +45,8 @@ class PageTable {
   const PageLedger& ledger() const { return ledger_; }
 
   // k and v are null without host storage; lvl, m, acc and pos are always on the host.
-  PageView view(int32_t page) const;
+  const PageLayout& layout() const { return layout_; }
+  PageView view(int32_t page) const { return layout_.view(page); }
   float lvl(int32_t gslot) const { return view(gslot / slots_).lvl[gslot % slots_]; }
   float m(int32_t gslot) const { return view(gslot / slots_).m[gslot % slots_]; }
   float acc(int32_t gslot) const { return view(gslot / slots_).acc[gslot % slots_]; }
@@ -103,8 +104,7 @@ class PageTable {
   const bool host_storage_;
   const int kv_bytes_;  // 4: float32 k and v; 2: bf16
   const HugeBuffer base_;
-  size_t stride_ = 0;
-  size_t off_v_ = 0, off_lvl_ = 0, off_m_ = 0, off_acc_ = 0, off_pos_ = 0;
+  PageLayout layout_;
   std::vector<PageInfo> info_;
   std::vector<int32_t> next_free_;  // per global slot
   std::vector<int32_t> where_;      // per global slot

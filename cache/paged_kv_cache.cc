@@ -322,6 +322,8 @@ class PagedKvCache final : public KvCache {
     return table_->view(page_id);
   }
 
+  const PageLayout& layout() const override { return table_->layout(); }
+
   int compact(SeqRef ref, int layer, int head,
               const std::function<void(SlotRef from, SlotRef to)>& on_move) override {
     auto [seq, stream] = locate(ref, layer, head);

@@ -59,6 +59,7 @@ class CpuBackend : public Backend {
       : model_(model),
         c_(model.config()),
         cache_(cache),
+        layout_(cache.layout()),
         pool_(threads),
         shift_(c_.n_layers, c_.n_heads * c_.head_dim) {
     if (weights == CpuWeights::kBf16) pack_weights(bf16_);
@@ -108,6 +109,7 @@ class CpuBackend : public Backend {
   const Model& model_;
   const ModelConfig& c_;
   KvCache& cache_;
+  const cache::PageLayout& layout_;  // the cache's pool, which never moves
   cpu::ThreadPool pool_;
   absl::Mutex mu_;  // one forward at a time: the buffers below are shared
   // Activations [tokens, width]; phi/lvl are [head][tokens].
@@ -370,8 +372,9 @@ void CpuBackend::list_pages(int l, const Batch& b) {
 // batch-8 step (about 5% of it) with the other thread waiting (bench/RESULTS.md, fifth session).
 void CpuBackend::view_pages(int s) {
   std::vector<PageView>& views = pages_[s];
-  views.clear();
-  for (int32_t id : page_ids_[s]) views.push_back(cache_.page(id));
+  views.resize(page_ids_[s].size());
+  std::ranges::transform(page_ids_[s], views.begin(),
+                         [this](int32_t id) { return layout_.view(id); });
 }
 
 // Each thread views the pages of the stream it reads next and asks for that stream's rows while
