@@ -44,8 +44,9 @@ class PageTable {
   PageLedger& ledger() { return ledger_; }
   const PageLedger& ledger() const { return ledger_; }
 
-  // k and v are null without host storage; lvl, m, acc and pos are always on the host.
+  // Where the pages lie (the pool never moves), for views computed in line.
   const PageLayout& layout() const { return layout_; }
+  // k and v are null without host storage; lvl, m, acc and pos are always on the host.
   PageView view(int32_t page) const { return layout_.view(page); }
   float lvl(int32_t gslot) const { return view(gslot / slots_).lvl[gslot % slots_]; }
   float m(int32_t gslot) const { return view(gslot / slots_).m[gslot % slots_]; }
