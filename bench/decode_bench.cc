@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "bench/cpu_stolen.h"
 #include "bench/decode_tokens.h"
 #include "cache/kv_cache.h"
 #include "kernels/backend.h"
@@ -125,6 +126,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
   double best = 1e300, total = 0.0;
   StepPhases phases;
   const std::clock_t cpu0 = std::clock();
+  const CpuStolen stolen;
   for (int w = 0, i = 0; w < windows; ++w) {
     const int begin = i, end = steps * (w + 1) / windows;
     const auto t0 = std::chrono::steady_clock::now();
@@ -159,6 +161,7 @@ nlohmann::json run(const Model& model, const Config& cfg, const CpuFormats& form
           {"steps", steps},
           {"seconds", total},
           {"cpu_seconds", cpu_secs},
+          {"cpu_stolen", stolen.fraction()},
           {"tokens_per_s", cfg.batch / best},
           {"tokens_per_s_mean", cfg.batch * steps / total},
           {"live_fraction", live / full},

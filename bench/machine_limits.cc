@@ -5,7 +5,8 @@
 //
 //   build/bench/fpa-machine-limits --threads 2
 //
-// Prints one JSON line: {"cpu": {...}, "read_gbps": {"<MiB>": GB/s, ...}, "gflops": {...}}.
+// Prints one JSON line: {"cpu": {...}, "read_gbps": {"<MiB>": GB/s, ...}, "gflops": {...},
+// "cpu_stolen": the share of the CPU the host took meanwhile (bench/cpu_stolen.h)}.
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -23,6 +24,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/cpu_stolen.h"
 #include "kernels/cpu/int8_amx.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/thread_pool.h"
@@ -132,6 +134,7 @@ nlohmann::json cpu_info() {
 
 int run() {
   const int threads = absl::GetFlag(FLAGS_threads);
+  const CpuStolen stolen;
   nlohmann::json read;
   for (const std::string& mib : absl::GetFlag(FLAGS_read_mib)) {
     read[mib] = read_gbps(std::stoull(mib) << 20, threads);
@@ -145,6 +148,7 @@ int run() {
                      {"int8", matmul_gflops(Dt::u8, Dt::s8, Dt::s32, m, k, n, threads)}};
     out["gemm_shape"] = {m, k, n};
   }
+  out["cpu_stolen"] = stolen.fraction();
   std::cout << out.dump() << std::endl;
   return 0;
 }

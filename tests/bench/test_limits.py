@@ -54,9 +54,40 @@ def test_phase_table_gives_each_phase_its_read_rate():
     r["phase_ms"] = {"project": 0.0, "field": 0.5, "pages": 0.25, "attend": kvbytes / 25e6,
                      "cache": 1.0, "output": 0.0, "mlp": wbytes / 30e6, "logits": 0.0}
     r["dram_gbps"] = [33.0, 35.0]
+    r["run_cpu_stolen"] = 0.25
     row = {"shape": "1b", "batch": 8, "context": 512, "sides": {"ours softmax": r}}
     lines = compare.phase_table([row], SimpleNamespace(steps=0))
     assert len(lines) == 3  # the header, its rule, the one side that has phases
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[4].endswith("(25.0)") and cells[5].endswith("(30.0)")
-    assert cells[6:] == ["1.0", "0.8", "34.0"]
+    assert cells[6:] == ["1.0", "0.8", "34.0", "25%"]
+
+
+def test_cpu_stolen_is_the_share_of_all_ticks_the_host_took(monkeypatch):
+    ticks = iter([(100, 1000), (130, 1200)])
+    monkeypatch.setattr(compare, "cpu_ticks", lambda: next(ticks))
+    assert compare.stolen_since(compare.cpu_ticks()) == pytest.approx(30 / 200)
+    assert compare.stolen_since(None) is None
+
+
+def test_this_machines_ticks_are_read():
+    ticks = compare.cpu_ticks()
+    assert ticks is None or 0 <= ticks[0] <= ticks[1]
+
+
+def test_a_run_the_host_took_too_much_cpu_from_is_run_again(monkeypatch):
+    # Ticks (stolen, all) read before and after each run: 40% stolen, then 2%.
+    ticks = iter([(0, 0), (40, 100), (40, 100), (42, 200)])
+    monkeypatch.setattr(compare, "cpu_ticks", lambda: next(ticks))
+    monkeypatch.setattr(compare, "dram_gbps", lambda bench, threads: 30.0)
+    runs = []
+    a = SimpleNamespace(bench="b", threads=2, max_stolen=0.05, stolen_retries=2)
+    r = compare.beside_machine(lambda: runs.append(1) or {"tokens_per_s": len(runs)}, a)
+    assert len(runs) == 2 and r["tokens_per_s"] == 2
+    assert r["run_cpu_stolen"] == pytest.approx(0.02) and r["dram_gbps"] == [30.0, 30.0]
+    # With no retries left, the stolen run is kept and its share reported.
+    ticks = iter([(0, 0), (40, 100)])
+    runs.clear()
+    r = compare.beside_machine(lambda: runs.append(1) or {}, SimpleNamespace(
+        bench="b", threads=2, max_stolen=0.05, stolen_retries=0))
+    assert len(runs) == 1 and r["run_cpu_stolen"] == pytest.approx(0.4)
