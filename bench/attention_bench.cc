@@ -3,9 +3,10 @@
 // to the streams interleaved (page by page, as a batch decoding in step takes them from the pool),
 // contiguous, or scattered (each stream's pages together, the streams in a shuffled order: the
 // page ledger's layout after prefill). Prints the bytes of keys, values and field read per second
-// (fastest of --reps) and the calls' median and 10th / 90th percentiles. With --window a call
-// takes that many streams, the next call the next ones: on a pool past the last-level cache each
-// call then reads cold pages, as a decode step's call for one layer does.
+// (fastest of --reps), the calls' median and 10th / 90th percentiles, and the share of the CPU
+// the host took meanwhile (bench/cpu_stolen.h). With --window a call takes that many streams,
+// the next call the next ones: on a pool past the last-level cache each call then reads cold
+// pages, as a decode step's call for one layer does.
 //   build/bench/fpa-attention-bench --streams 256 --keys 512 --kv_dtype bf16 --layout scattered
 //   build/bench/fpa-attention-bench --streams 2048 --window 256 --keys 544 --layout scattered
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/cpu_stolen.h"
 #include "cache/page_table.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
@@ -80,6 +82,7 @@ int run() {
   const int window =
       absl::GetFlag(FLAGS_window) > 0 ? std::min(absl::GetFlag(FLAGS_window), streams) : streams;
   std::vector<double> ms;
+  const CpuStolen stolen;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
     const int first = static_cast<int>(static_cast<long>(r) * window % (streams - window + 1));
     const auto t0 = std::chrono::steady_clock::now();
@@ -101,10 +104,10 @@ int run() {
   std::printf(
       "{\"streams\":%d,\"window\":%d,\"spread\":%d,\"keys\":%d,\"kv_dtype\":\"%s\","
       "\"layout\":\"%s\",\"then\":%s,\"ms\":%.3f,\"gb_per_s\":%.2f,\"ms_p10\":%.3f,"
-      "\"ms_median\":%.3f,\"ms_p90\":%.3f}\n",
+      "\"ms_median\":%.3f,\"ms_p90\":%.3f,\"cpu_stolen\":%.3f}\n",
       streams, window, spread, per * slots, bf16 ? "bf16" : "f32", layout.c_str(),
       then ? "true" : "false", ms[0], bytes / ms[0] / 1e6, ms[ms.size() / 10], ms[ms.size() / 2],
-      ms[ms.size() * 9 / 10]);
+      ms[ms.size() * 9 / 10], stolen.fraction());
   return 0;
 }
 

@@ -7,7 +7,8 @@
 //
 // --matrices copies of the matrix are read in turn, so that a pass streams more bytes than the
 // last-level cache holds (raise it for a large cache). One JSON line per format and token count:
-// the fastest pass's GB/s of weights and GFLOP/s.
+// the fastest pass's GB/s of weights and GFLOP/s, and the share of the CPU the host took meanwhile
+// (bench/cpu_stolen.h).
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "bench/cpu_stolen.h"
 #include "kernels/cpu/bf16_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/ops.h"
@@ -112,6 +114,7 @@ int run() {
     for (int n : counts) {
       std::vector<float> xs(static_cast<size_t>(n) * cols), y(static_cast<size_t>(n) * rows);
       for (size_t i = 0; i < xs.size(); ++i) xs[i] = x[i % x.size()];
+      const CpuStolen stolen;
       const double s = best_pass(product, xs.data(), n, copies, y.data());
       const double weights = double{f.bytes_per_weight} * rows * cols * copies;
       std::cout << nlohmann::json{{"format", name},
@@ -120,7 +123,8 @@ int run() {
                                   {"tokens", n},
                                   {"copies", copies},
                                   {"weight_gbps", weights / s / 1e9},
-                                  {"gflops", 2.0 * n * rows * cols * copies / s / 1e9}}
+                                  {"gflops", 2.0 * n * rows * cols * copies / s / 1e9},
+                                  {"cpu_stolen", stolen.fraction()}}
                        .dump()
                 << std::endl;
     }
