@@ -248,7 +248,7 @@ def cpu_ticks() -> tuple[int, int] | None:
         ticks = [int(x) for x in fields[1:9]]
     except (OSError, ValueError):
         return None
-    return (ticks[7], sum(ticks)) if fields[0] == "cpu" and len(ticks) == 8 else None
+    return (ticks[7], sum(ticks)) if fields[:1] == ["cpu"] and len(ticks) == 8 else None
 
 
 def stolen_since(start: tuple[int, int] | None) -> float | None:
